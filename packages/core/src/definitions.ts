@@ -1,0 +1,309 @@
+/**
+ * Workflow and action definitions (ARCHITECTURE.md § Submission: definitions are validated when
+ * defined). Nothing here touches the database.
+ */
+import type { ZodType } from 'zod';
+import type { Client, SubmitOptions, SubmitResult, SubmitOnceResult } from './client.js';
+import { WorkflowDefinitionError } from './errors.js';
+import type { Logger } from './logger.js';
+
+/** A JSON value as stored in `jsonb`. */
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+
+/** The pg-compatible query surface of the completion transaction (`pg.PoolClient#query`). */
+export interface Tx {
+  query<R extends Record<string, unknown> = Record<string, unknown>>(
+    text: string,
+    values?: unknown[],
+  ): Promise<{ rows: R[]; rowCount: number | null }>;
+}
+
+/**
+ * The handler's `ctx` (API.md § Context). `runId` and `node` identify the step for its whole
+ * life, across retries, lease reclaims and operator retries; `attempt` is the fencing token of
+ * this claim and is for logs and metrics only, never for idempotency keys.
+ */
+export interface Context {
+  /** The run's id (uuid). */
+  readonly runId: string;
+  /** The node's name in the workflow. */
+  readonly node: string;
+  /** 1 on the first claim, +1 on every claim (including lease reclaims and operator retries). */
+  readonly attempt: number;
+  /** The workflow's name. */
+  readonly workflow: string;
+  /** The action's name. */
+  readonly action: string;
+  /**
+   * Aborted on the action's timeout (reason: `StepTimeoutError`), on lease loss (reason:
+   * `LeaseLostError`) and on a worker's hard stop. Pass it to fetch/SDK calls.
+   */
+  readonly signal: AbortSignal;
+  /**
+   * Opens, on first call, the transaction that will also complete the step; later calls return
+   * the same one. Writes made on it commit together with the step's `completed` transition, or
+   * not at all (rolled back when the handler throws, times out or lost its lease).
+   */
+  completionTx(): Promise<Tx>;
+  /**
+   * The output of a completed upstream node (any ancestor in the DAG).
+   * @throws Error when `node` is not an ancestor of this node.
+   */
+  upstream<T = Json>(node: string): T;
+  /** A logger bound to runId, node and attempt. */
+  readonly log: Logger;
+}
+
+/** Backoff policy: the delay in ms before attempt `attempt + 1`, given the failed `attempt`. */
+export type Backoff = (attempt: number) => number;
+
+/** Options of `newAction`. */
+export interface ActionOptions<I> {
+  /** Validates the node's (mapped) input. A failing input discards the step (non-retryable). */
+  input?: ZodType<I>;
+  /** Wall-clock limit of one attempt in ms; aborts `ctx.signal` and fails the attempt. */
+  timeout?: number;
+  /** Attempts before the step is discarded. Default 25. */
+  maxAttempts?: number;
+  /** Delay in ms after a failed attempt. Default: attempt⁴ seconds with ±25 % jitter, capped at 1 h. */
+  backoff?: Backoff;
+}
+
+/** An action: a named handler with its options. Made by `newAction`. */
+export interface Action<I = unknown, O = unknown> {
+  readonly kind: 'action';
+  readonly name: string;
+  readonly handler: (ctx: Context, input: I) => O | Promise<O>;
+  readonly inputSchema: ZodType<I> | undefined;
+  readonly timeoutMs: number | undefined;
+  readonly maxAttempts: number;
+  readonly backoff: Backoff;
+}
+
+/** Default number of attempts of a step (API.md). */
+export const DEFAULT_MAX_ATTEMPTS = 25;
+
+/** Cap of the default backoff: 1 hour in ms. */
+export const DEFAULT_BACKOFF_CAP_MS = 3_600_000;
+
+/**
+ * The default backoff: attempt⁴ seconds (1 s, 16 s, 81 s, 256 s, …) with ±25 % jitter, capped
+ * at one hour. The quartic curve follows the API contract (API.md § Action options).
+ */
+export const defaultBackoff: Backoff = (attempt) => {
+  const base = Math.min(attempt ** 4 * 1000, DEFAULT_BACKOFF_CAP_MS);
+  const jitter = base * 0.25 * (Math.random() * 2 - 1);
+  return Math.max(0, Math.round(base + jitter));
+};
+
+/** Names of nodes, workflows and actions: a letter or `_`, then letters, digits, `_` or `-`; ≤ 63 chars. */
+const NAME = /^[A-Za-z_][A-Za-z0-9_-]{0,62}$/;
+
+function checkName(kind: string, owner: string, name: unknown): asserts name is string {
+  if (typeof name !== 'string' || !NAME.test(name)) {
+    throw new WorkflowDefinitionError(
+      owner,
+      `${kind} name ${JSON.stringify(name)} is not a plain identifier (a letter or _, then letters, digits, _ or -, at most 63 characters)`,
+    );
+  }
+}
+
+/**
+ * Defines an action: a named handler and its options.
+ * @param name plain identifier (see `NAME`), unique per worker.
+ * @param handler `(ctx, input) => output`; the output must be JSON-serialisable.
+ * @throws WorkflowDefinitionError on a bad name or option.
+ */
+export function newAction<I = unknown, O = unknown>(
+  name: string,
+  handler: (ctx: Context, input: I) => O | Promise<O>,
+  options: ActionOptions<I> = {},
+): Action<I, O> {
+  checkName('action', String(name), name);
+  if (typeof handler !== 'function') {
+    throw new WorkflowDefinitionError(name, 'handler must be a function');
+  }
+  const maxAttempts = options.maxAttempts ?? DEFAULT_MAX_ATTEMPTS;
+  if (!Number.isInteger(maxAttempts) || maxAttempts < 1) {
+    throw new WorkflowDefinitionError(name, `maxAttempts must be an integer ≥ 1, got ${maxAttempts}`);
+  }
+  if (options.timeout !== undefined && !(Number.isInteger(options.timeout) && options.timeout > 0)) {
+    throw new WorkflowDefinitionError(name, `timeout must be a positive integer (ms), got ${options.timeout}`);
+  }
+  return Object.freeze({
+    kind: 'action' as const,
+    name,
+    handler,
+    inputSchema: options.input,
+    timeoutMs: options.timeout,
+    maxAttempts,
+    backoff: options.backoff ?? defaultBackoff,
+  });
+}
+
+/** Maps the run's input and the upstream outputs (keyed by node) to an action's input. */
+export type InputMapper<RI> = (run: RI, upstream: Record<string, Json>) => unknown;
+
+/** One node of a workflow. */
+export interface NodeSpec<RI> {
+  // biome-ignore lint/suspicious/noExplicitAny: any action fits a node; its input is mapped at run time
+  action: Action<any, any>;
+  /** Upstream nodes that must complete first. */
+  after?: readonly string[];
+  /** Input mapping; default: the run's input as is. */
+  input?: InputMapper<RI>;
+  /** Overrides the action's `maxAttempts` for this node. */
+  maxAttempts?: number;
+}
+
+/** The compiled form of a node, with its place in the DAG. */
+export interface NodeDef<RI> {
+  readonly name: string;
+  // biome-ignore lint/suspicious/noExplicitAny: see NodeSpec
+  readonly action: Action<any, any>;
+  /** Direct upstream nodes. */
+  readonly after: readonly string[];
+  /** Every ancestor (transitive upstream), sorted. */
+  readonly ancestors: readonly string[];
+  /** Direct downstream nodes. */
+  readonly downstream: readonly string[];
+  readonly input: InputMapper<RI> | undefined;
+  readonly maxAttempts: number;
+}
+
+/** A workflow definition: a validated DAG. Made by `newWorkflow`. */
+export interface Workflow<RI = unknown> {
+  readonly kind: 'workflow';
+  readonly name: string;
+  readonly inputSchema: ZodType<RI> | undefined;
+  /** Nodes in a topological order. */
+  readonly nodes: readonly NodeDef<RI>[];
+  readonly nodeByName: ReadonlyMap<string, NodeDef<RI>>;
+  /** `client.submit(this, input, options)`. */
+  submit(client: Client, input: RI, options?: SubmitOptions): Promise<SubmitResult>;
+  /** `client.submitOnce(this, key, input, options)`. */
+  submitOnce(client: Client, key: string, input: RI, options?: SubmitOptions): Promise<SubmitOnceResult>;
+}
+
+/** Options of `newWorkflow`. */
+export interface WorkflowSpec<RI> {
+  /** Validates the run's input at submit; a failure writes nothing. */
+  input?: ZodType<RI>;
+  nodes: Record<string, NodeSpec<RI>>;
+}
+
+/**
+ * Defines a workflow: a DAG of named nodes, each running an action.
+ * @throws WorkflowDefinitionError on an empty workflow, a node name that is not a plain
+ *   identifier, an unknown or duplicate dependency, a self-dependency or a cycle (the message
+ *   names the cycle's nodes).
+ */
+export function newWorkflow<RI = unknown>(name: string, spec: WorkflowSpec<RI>): Workflow<RI> {
+  checkName('workflow', String(name), name);
+  if (!spec || typeof spec !== 'object' || !spec.nodes || typeof spec.nodes !== 'object') {
+    throw new WorkflowDefinitionError(name, 'spec.nodes must be an object of nodes');
+  }
+  const names = Object.keys(spec.nodes);
+  if (names.length === 0) throw new WorkflowDefinitionError(name, 'a workflow needs at least one node');
+  for (const n of names) {
+    checkName('node', name, n);
+    const s = spec.nodes[n];
+    if (!s || typeof s !== 'object' || !s.action || s.action.kind !== 'action') {
+      throw new WorkflowDefinitionError(name, `node '${n}' needs an action made by newAction`);
+    }
+    const after = s.after ?? [];
+    if (!Array.isArray(after)) throw new WorkflowDefinitionError(name, `node '${n}': after must be an array`);
+    const seen = new Set<string>();
+    for (const dep of after) {
+      if (dep === n) throw new WorkflowDefinitionError(name, `node '${n}' depends on itself`);
+      if (!(dep in spec.nodes)) {
+        throw new WorkflowDefinitionError(name, `node '${n}' depends on unknown node '${dep}'`);
+      }
+      if (seen.has(dep)) throw new WorkflowDefinitionError(name, `node '${n}' lists '${dep}' twice in after`);
+      seen.add(dep);
+    }
+    if (s.input !== undefined && typeof s.input !== 'function') {
+      throw new WorkflowDefinitionError(name, `node '${n}': input must be a function (run, upstream) => input`);
+    }
+    if (s.maxAttempts !== undefined && !(Number.isInteger(s.maxAttempts) && s.maxAttempts >= 1)) {
+      throw new WorkflowDefinitionError(name, `node '${n}': maxAttempts must be an integer ≥ 1`);
+    }
+  }
+
+  // Kahn's algorithm gives a topological order; what is left over lies on or behind a cycle.
+  const indegree = new Map(names.map((n) => [n, (spec.nodes[n]?.after ?? []).length]));
+  const children = new Map<string, string[]>(names.map((n) => [n, []]));
+  for (const n of names) for (const dep of spec.nodes[n]?.after ?? []) children.get(dep)?.push(n);
+  const order: string[] = [];
+  const ready = names.filter((n) => indegree.get(n) === 0);
+  while (ready.length) {
+    const n = ready.shift() as string;
+    order.push(n);
+    for (const c of children.get(n) ?? []) {
+      const d = (indegree.get(c) ?? 0) - 1;
+      indegree.set(c, d);
+      if (d === 0) ready.push(c);
+    }
+  }
+  if (order.length !== names.length) {
+    throw new WorkflowDefinitionError(name, `the nodes contain a cycle: ${findCycle(spec.nodes).join(' → ')}`);
+  }
+
+  const ancestors = new Map<string, Set<string>>();
+  for (const n of order) {
+    const set = new Set<string>();
+    for (const dep of spec.nodes[n]?.after ?? []) {
+      set.add(dep);
+      for (const a of ancestors.get(dep) ?? []) set.add(a);
+    }
+    ancestors.set(n, set);
+  }
+  const nodes: NodeDef<RI>[] = order.map((n) => {
+    const s = spec.nodes[n] as NodeSpec<RI>;
+    return Object.freeze({
+      name: n,
+      action: s.action,
+      after: Object.freeze([...(s.after ?? [])]),
+      ancestors: Object.freeze([...(ancestors.get(n) ?? [])].sort()),
+      downstream: Object.freeze([...(children.get(n) ?? [])]),
+      input: s.input,
+      maxAttempts: s.maxAttempts ?? s.action.maxAttempts,
+    });
+  });
+  const workflow: Workflow<RI> = {
+    kind: 'workflow',
+    name,
+    inputSchema: spec.input,
+    nodes: Object.freeze(nodes),
+    nodeByName: new Map(nodes.map((n) => [n.name, n])),
+    submit: (client, input, options) => client.submit(workflow, input, options),
+    submitOnce: (client, key, input, options) => client.submitOnce(workflow, key, input, options),
+  };
+  return Object.freeze(workflow);
+}
+
+function findCycle(nodes: Record<string, NodeSpec<unknown>>): string[] {
+  const state = new Map<string, 'visiting' | 'done'>();
+  const stack: string[] = [];
+  const visit = (n: string): string[] | undefined => {
+    state.set(n, 'visiting');
+    stack.push(n);
+    for (const dep of nodes[n]?.after ?? []) {
+      if (state.get(dep) === 'visiting') return [...stack.slice(stack.indexOf(dep)), dep];
+      if (!state.has(dep)) {
+        const found = visit(dep);
+        if (found) return found;
+      }
+    }
+    stack.pop();
+    state.set(n, 'done');
+    return undefined;
+  };
+  for (const n of Object.keys(nodes)) {
+    if (!state.has(n)) {
+      const found = visit(n);
+      if (found) return found.reverse();
+    }
+  }
+  return [];
+}

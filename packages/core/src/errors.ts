@@ -1,0 +1,203 @@
+/**
+ * The typed errors of `@cyclone/core` (API.md § Typed errors). Every error carries a stable
+ * `code` and the data a caller needs, so callers branch on `instanceof` or `code`, never on
+ * message text.
+ */
+
+/** Base class of every error Cyclone throws on purpose. `code` is stable across releases. */
+export class CycloneError extends Error {
+  /** Stable machine-readable code, e.g. `RUN_NOT_FOUND`. */
+  readonly code: string;
+
+  constructor(code: string, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+    this.code = code;
+  }
+}
+
+/**
+ * A workflow or action definition is invalid: a cycle, an unknown dependency, a duplicate or
+ * badly named node, an empty workflow, a bad option. Thrown by `newWorkflow`/`newAction` at
+ * definition time, before anything touches the database.
+ */
+export class WorkflowDefinitionError extends CycloneError {
+  /** The workflow (or action) name the definition was for. */
+  readonly workflow: string;
+
+  constructor(workflow: string, message: string) {
+    super('WORKFLOW_DEFINITION', `workflow '${workflow}': ${message}`);
+    this.workflow = workflow;
+  }
+}
+
+/** One problem found by a zod schema (the shape of zod's own issues, reduced to what we keep). */
+export interface ValidationIssue {
+  path: (string | number)[];
+  message: string;
+  code?: string;
+}
+
+/**
+ * An input failed its zod schema (the workflow's at submit, or an action's once mapped), or is
+ * not storable as JSON (a function, a BigInt, NaN, a cycle, a NUL character, over the size
+ * limit). On submit nothing is written.
+ */
+export class InputValidationError extends CycloneError {
+  /** The zod issues (or a single synthetic issue for a payload that is not JSON). */
+  readonly issues: ValidationIssue[];
+  /** The workflow whose input failed. */
+  readonly workflow: string;
+  /** The node whose action input failed, when the failure is a node's. */
+  readonly node: string | undefined;
+
+  constructor(workflow: string, issues: ValidationIssue[], node?: string) {
+    const where = node ? `node '${node}' of workflow '${workflow}'` : `workflow '${workflow}'`;
+    const first = issues[0];
+    const summary = first
+      ? `${first.path.length ? `${first.path.join('.')}: ` : ''}${first.message}`
+      : 'invalid input';
+    super(
+      'INPUT_VALIDATION',
+      `invalid input for ${where}: ${summary}${issues.length > 1 ? ` (+${issues.length - 1} more)` : ''}`,
+    );
+    this.issues = issues;
+    this.workflow = workflow;
+    this.node = node;
+  }
+}
+
+/**
+ * A value to be stored (an input or a step output) cannot be stored as JSON without losing data,
+ * or is larger than the configured limit. `path` points into the value (`$.a[2].b`).
+ */
+export class PayloadError extends CycloneError {
+  /** JSONPath-like location of the offending value, `$` for the root. */
+  readonly path: string;
+
+  constructor(message: string, path: string) {
+    super('PAYLOAD', `${message} at ${path}`);
+    this.path = path;
+  }
+}
+
+/**
+ * `submitOnce` found a run with the same workflow and key but a different input. A dedupe key
+ * never swallows a different logical submission (ARCHITECTURE.md § Submission).
+ */
+export class SubmitKeyConflictError extends CycloneError {
+  readonly workflow: string;
+  readonly key: string;
+  /** The run that already holds the key. */
+  readonly runId: string;
+
+  constructor(workflow: string, key: string, runId: string) {
+    super(
+      'SUBMIT_KEY_CONFLICT',
+      `workflow '${workflow}' already has run ${runId} for this key with a different input`,
+    );
+    this.workflow = workflow;
+    this.key = key;
+    this.runId = runId;
+  }
+}
+
+/** No run with this id exists (in this schema). */
+export class RunNotFoundError extends CycloneError {
+  readonly runId: string;
+
+  constructor(runId: string) {
+    super('RUN_NOT_FOUND', `run ${runId} not found`);
+    this.runId = runId;
+  }
+}
+
+/** The run exists but has no node of this name. */
+export class NodeNotFoundError extends CycloneError {
+  readonly runId: string;
+  readonly node: string;
+
+  constructor(runId: string, node: string) {
+    super('NODE_NOT_FOUND', `run ${runId} has no node '${node}'`);
+    this.runId = runId;
+    this.node = node;
+  }
+}
+
+/**
+ * An operator action does not apply to the current state: `retry` of a node that is not
+ * `discarded`/`cancelled`, `cancel` of a finished run.
+ */
+export class InvalidStateError extends CycloneError {
+  readonly runId: string;
+  readonly node: string | undefined;
+  /** The state found. */
+  readonly state: string;
+
+  constructor(runId: string, node: string | undefined, state: string, message: string) {
+    super('INVALID_STATE', message);
+    this.runId = runId;
+    this.node = node;
+    this.state = state;
+  }
+}
+
+/**
+ * The step's lease was lost: another worker reclaimed it after the lease expired, a timeout
+ * failed it, or the run was cancelled. Thrown by completion (the fenced update touched no row),
+ * and the reason of `ctx.signal` when the heartbeat finds the lease gone. Everything written on
+ * `ctx.completionTx()` is rolled back (ARCHITECTURE.md § The step lifecycle, 4).
+ */
+export class LeaseLostError extends CycloneError {
+  readonly runId: string;
+  readonly node: string;
+  /** The attempt (fencing token) whose lease was lost. */
+  readonly attempt: number;
+
+  constructor(runId: string, node: string, attempt: number) {
+    super(
+      'LEASE_LOST',
+      `lease lost for run ${runId} node '${node}' attempt ${attempt}: the step was reclaimed, timed out or cancelled`,
+    );
+    this.runId = runId;
+    this.node = node;
+    this.attempt = attempt;
+  }
+}
+
+/** The reason `ctx.signal` carries when an action's `timeout` (ms) elapsed. */
+export class StepTimeoutError extends CycloneError {
+  readonly timeoutMs: number;
+
+  constructor(timeoutMs: number) {
+    super('STEP_TIMEOUT', `step timed out after ${timeoutMs} ms`);
+    this.timeoutMs = timeoutMs;
+  }
+}
+
+/** `waitForRun` gave up: the run was not terminal within `timeoutMs`. */
+export class WaitTimeoutError extends CycloneError {
+  readonly runId: string;
+
+  constructor(runId: string, timeoutMs: number) {
+    super('WAIT_TIMEOUT', `run ${runId} did not finish within ${timeoutMs} ms`);
+    this.runId = runId;
+  }
+}
+
+/** A client or worker option is invalid (e.g. a schema name that is not a plain identifier). */
+export class ConfigError extends CycloneError {
+  constructor(message: string) {
+    super('CONFIG', message);
+  }
+}
+
+/**
+ * Throw this from a handler to discard the step at once, without further attempts. The message
+ * is recorded in the step's errors.
+ */
+export class NonRetryableError extends CycloneError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('NON_RETRYABLE', message, options);
+  }
+}

@@ -1,0 +1,25 @@
+/**
+ * The schema name: validated once and quoted once (CONVENTIONS.md § Code: identifiers validated
+ * and quoted once). Every SQL text is built from a `QuotedSchema`, never from user input.
+ */
+import { ConfigError } from './errors.js';
+
+/** Default schema of Cyclone's tables. */
+export const DEFAULT_SCHEMA = 'cyclone';
+
+/** A schema name: lower-case letter or `_`, then lower-case letters, digits or `_`; ≤ 63 bytes. */
+const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
+
+/**
+ * Validates a schema name and returns it double-quoted for SQL.
+ * @throws ConfigError when `name` is not a plain lower-case identifier of at most 63 characters
+ *   (PostgreSQL's NAMEDATALEN - 1).
+ */
+export function quoteSchema(name: string): string {
+  if (typeof name !== 'string' || !SCHEMA_NAME.test(name)) {
+    throw new ConfigError(
+      `schema name ${JSON.stringify(name)} is not a plain identifier (lower-case letter or _, then lower-case letters, digits or _, at most 63 characters)`,
+    );
+  }
+  return `"${name}"`;
+}

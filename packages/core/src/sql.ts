@@ -1,0 +1,198 @@
+/**
+ * Every hot statement of the engine, in one place (CONVENTIONS.md § Layout). Each function takes
+ * the quoted schema (schema.ts) and returns SQL text; values always travel as parameters.
+ *
+ * Counters on the run row (`steps_remaining`, `steps_active`) are changed in the same statement
+ * as the step transition that moves them, under the run row's lock, so two upstream nodes
+ * finishing at once never both miss a join and a run is completed (or failed) exactly once
+ * (ARCHITECTURE.md § The crash matrix, counters).
+ */
+
+/** The NOTIFY channel of a schema: workers LISTEN on it; the payload is the workflow name. */
+export const channel = (schema: string) => `cyclone_${schema}`;
+
+/**
+ * Inserts a run and all its steps in one statement. With a submit key, `ON CONFLICT (workflow,
+ * submit_key) DO NOTHING`: no row comes back when the key exists (ARCHITECTURE.md § Submission).
+ * $1 id, $2 workflow, $3 input jsonb, $4 submit_key, $5 input_hash, $6 step count, $7 root
+ * count, $8 nodes[], $9 actions[], $10 max_attempts[], $11 deps[], $12 downstream jsonb[],
+ * $13 ancestors jsonb[], $14 channel.
+ */
+export const insertRun = (s: string) => `
+WITH run AS (
+  INSERT INTO ${s}.cyclone_runs
+    (id, workflow, state, input, submit_key, input_hash, steps_remaining, steps_active)
+  VALUES ($1, $2, 'running', $3::jsonb, $4, $5, $6, $7)
+  ON CONFLICT (workflow, submit_key) DO NOTHING
+  RETURNING id
+), steps AS (
+  INSERT INTO ${s}.cyclone_steps
+    (run_id, node, workflow, action, state, max_attempts, deps_remaining, downstream, ancestors)
+  SELECT run.id, n.node, $2, n.action,
+         CASE WHEN n.deps = 0 THEN 'available' ELSE 'pending' END,
+         n.max_attempts, n.deps,
+         ARRAY(SELECT jsonb_array_elements_text(n.downstream)),
+         ARRAY(SELECT jsonb_array_elements_text(n.ancestors))
+  FROM run, unnest($8::text[], $9::text[], $10::int[], $11::int[], $12::jsonb[], $13::jsonb[])
+       AS n(node, action, max_attempts, deps, downstream, ancestors)
+  RETURNING 1
+)
+SELECT (SELECT id FROM run) AS id, (SELECT count(*) FROM steps)::int AS steps, pg_notify($14, $2)
+WHERE EXISTS (SELECT 1 FROM run)`;
+
+/** The run holding a submit key. $1 workflow, $2 key. */
+export const findByKey = (s: string) =>
+  `SELECT id, input_hash FROM ${s}.cyclone_runs WHERE workflow = $1 AND submit_key = $2`;
+
+/**
+ * Claims up to $2 claimable steps of the workflows $1 for worker $3 with a lease of $4 ms.
+ * The candidates are locked in a MATERIALIZED CTE first (`FOR UPDATE SKIP LOCKED`), then the
+ * UPDATE joins to them, so LIMIT really limits (ARCHITECTURE.md § Pitfalls). The attempt it sets
+ * is the claim's fencing token. Returns the run input and the outputs of completed ancestors.
+ */
+export const claim = (s: string) => `
+WITH c AS MATERIALIZED (
+  SELECT run_id, node FROM ${s}.cyclone_steps
+  WHERE state IN ('available', 'retryable') AND workflow = ANY($1::text[]) AND scheduled_at <= now()
+  ORDER BY scheduled_at
+  LIMIT $2
+  FOR UPDATE SKIP LOCKED
+), u AS (
+  UPDATE ${s}.cyclone_steps t
+  SET state = 'running', attempt = t.attempt + 1, lease_owner = $3,
+      lease_expires_at = now() + make_interval(secs => $4::double precision / 1000),
+      started_at = now(), updated_at = now()
+  FROM c WHERE t.run_id = c.run_id AND t.node = c.node
+  RETURNING t.run_id, t.node, t.workflow, t.action, t.attempt, t.max_attempts, t.ancestors
+)
+SELECT u.run_id, u.node, u.workflow, u.action, u.attempt, u.max_attempts, r.input AS run_input,
+  (SELECT coalesce(jsonb_object_agg(a.node, a.output), '{}'::jsonb) FROM ${s}.cyclone_steps a
+   WHERE a.run_id = u.run_id AND a.node = ANY(u.ancestors) AND a.state = 'completed') AS upstream
+FROM u JOIN ${s}.cyclone_runs r ON r.id = u.run_id`;
+
+/**
+ * Completes a step, fenced: only if `state = 'running' AND attempt = $3` (this claim's fencing
+ * token). In the same statement: releases downstream steps whose `deps_remaining` reaches 0,
+ * moves the run's counters, completes the run at `steps_remaining = 0` (or fails it when nothing
+ * is left that can progress), and NOTIFYs when steps were released.
+ * $1 run_id, $2 node, $3 attempt, $4 output jsonb, $5 channel, $6 workflow.
+ * Returns `done` = 0 when the fence did not match (the lease was lost).
+ */
+export const complete = (s: string) => `
+WITH done AS (
+  UPDATE ${s}.cyclone_steps
+  SET state = 'completed', output = $4::jsonb, completed_at = now(), updated_at = now(),
+      lease_owner = NULL, lease_expires_at = NULL
+  WHERE run_id = $1 AND node = $2 AND attempt = $3 AND state = 'running'
+  RETURNING run_id, downstream
+), released AS (
+  UPDATE ${s}.cyclone_steps t
+  SET deps_remaining = t.deps_remaining - 1,
+      state = CASE WHEN t.deps_remaining = 1 AND t.state = 'pending' THEN 'available' ELSE t.state END,
+      scheduled_at = CASE WHEN t.deps_remaining = 1 THEN now() ELSE t.scheduled_at END,
+      updated_at = now()
+  FROM done WHERE t.run_id = done.run_id AND t.node = ANY(done.downstream)
+  RETURNING t.state
+), n AS (
+  SELECT count(*)::int AS released FROM released WHERE state = 'available'
+), run AS (
+  UPDATE ${s}.cyclone_runs r
+  SET steps_remaining = r.steps_remaining - 1,
+      steps_active = r.steps_active - 1 + n.released,
+      state = CASE
+        WHEN r.state <> 'running' THEN r.state
+        WHEN r.steps_remaining = 1 THEN 'completed'
+        WHEN r.steps_active - 1 + n.released = 0 THEN 'failed'
+        ELSE r.state END,
+      completed_at = CASE WHEN r.state = 'running' AND (r.steps_remaining = 1
+        OR r.steps_active - 1 + n.released = 0) THEN now() ELSE r.completed_at END,
+      updated_at = now()
+  FROM done, n WHERE r.id = done.run_id
+  RETURNING r.state
+)
+SELECT (SELECT count(*) FROM done)::int AS done, (SELECT state FROM run) AS run_state,
+       n.released, CASE WHEN n.released > 0 THEN pg_notify($5, $6) END AS notified
+FROM n`;
+
+/**
+ * Records a failed attempt, fenced like `complete`: `retryable` at now() + $5 ms, or `discarded`
+ * when $6 (non-retryable) or `attempt >= max_attempts`. A discard moves the run's counters and
+ * fails the run when nothing is left that can progress.
+ * $1 run_id, $2 node, $3 attempt, $4 error entry jsonb, $5 delay ms, $6 non-retryable,
+ * $7 channel, $8 workflow. Returns no row when the fence did not match.
+ */
+export const fail = (s: string) => `
+WITH f AS (
+  UPDATE ${s}.cyclone_steps
+  SET state = CASE WHEN $6::boolean OR attempt >= max_attempts THEN 'discarded' ELSE 'retryable' END,
+      scheduled_at = now() + make_interval(secs => $5::double precision / 1000),
+      errors = errors || jsonb_build_array($4::jsonb),
+      lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+  WHERE run_id = $1 AND node = $2 AND attempt = $3 AND state = 'running'
+  RETURNING state
+), run AS (
+  UPDATE ${s}.cyclone_runs r
+  SET steps_active = r.steps_active - 1,
+      state = CASE WHEN r.state = 'running' AND r.steps_active = 1 THEN 'failed' ELSE r.state END,
+      completed_at = CASE WHEN r.state = 'running' AND r.steps_active = 1 THEN now() ELSE r.completed_at END,
+      updated_at = now()
+  FROM f WHERE r.id = $1 AND f.state = 'discarded'
+  RETURNING r.state
+)
+SELECT f.state AS step_state, (SELECT state FROM run) AS run_state,
+       CASE WHEN f.state = 'retryable' AND $5::double precision <= 0 THEN pg_notify($7, $8) END AS notified
+FROM f`;
+
+/**
+ * Extends the leases of a worker's in-flight steps in one statement (every lease/3). Only rows
+ * still `running` at the same attempt and owned by $4 are extended; the rows returned are the
+ * leases still held, the others were lost. $1 run_ids, $2 nodes, $3 attempts, $4 owner, $5 lease ms.
+ */
+export const heartbeat = (s: string) => `
+UPDATE ${s}.cyclone_steps t
+SET lease_expires_at = now() + make_interval(secs => $5::double precision / 1000)
+FROM unnest($1::uuid[], $2::text[], $3::int[]) AS h(run_id, node, attempt)
+WHERE t.run_id = h.run_id AND t.node = h.node AND t.attempt = h.attempt
+  AND t.state = 'running' AND t.lease_owner = $4
+RETURNING t.run_id, t.node, t.attempt`;
+
+/**
+ * The recovery sweep: one statement that locks up to $1 `running` steps whose lease expired
+ * (`FOR UPDATE SKIP LOCKED`, so a step being completed, failed or re-claimed right now is
+ * skipped) and re-checks `state = 'running' AND lease_expires_at < now()` on the rows it
+ * locked (ARCHITECTURE.md § Pitfalls: a sweep that overwrites). Each becomes `retryable` (now)
+ * or `discarded` when its attempts are exhausted, with a `lease_expired` error entry.
+ * Returns the swept steps; $2 channel.
+ */
+export const sweep = (s: string) => `
+WITH x AS MATERIALIZED (
+  SELECT run_id, node FROM ${s}.cyclone_steps
+  WHERE state = 'running' AND lease_expires_at < now()
+  ORDER BY lease_expires_at
+  LIMIT $1
+  FOR UPDATE SKIP LOCKED
+), swept AS (
+  UPDATE ${s}.cyclone_steps t
+  SET state = CASE WHEN t.attempt >= t.max_attempts THEN 'discarded' ELSE 'retryable' END,
+      scheduled_at = now(), lease_owner = NULL, lease_expires_at = NULL, updated_at = now(),
+      errors = t.errors || jsonb_build_array(jsonb_build_object(
+        'attempt', t.attempt, 'at', now(), 'kind', 'lease_expired',
+        'message', 'lease expired (held by worker ' || coalesce(t.lease_owner, '?')
+          || '): the worker died, stalled past its lease or lost its database connection'))
+  FROM x WHERE t.run_id = x.run_id AND t.node = x.node
+    AND t.state = 'running' AND t.lease_expires_at < now()
+  RETURNING t.run_id, t.node, t.workflow, t.state, t.attempt
+), d AS (
+  SELECT run_id, count(*)::int AS n FROM swept WHERE state = 'discarded' GROUP BY run_id
+), runs AS (
+  UPDATE ${s}.cyclone_runs r
+  SET steps_active = r.steps_active - d.n,
+      state = CASE WHEN r.state = 'running' AND r.steps_active = d.n THEN 'failed' ELSE r.state END,
+      completed_at = CASE WHEN r.state = 'running' AND r.steps_active = d.n THEN now() ELSE r.completed_at END,
+      updated_at = now()
+  FROM d WHERE r.id = d.run_id
+  RETURNING r.id
+)
+SELECT swept.run_id, swept.node, swept.workflow, swept.state, swept.attempt,
+       CASE WHEN swept.state = 'retryable' THEN pg_notify($2, swept.workflow) END AS notified
+FROM swept`;
