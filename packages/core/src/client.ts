@@ -196,7 +196,11 @@ export class Client {
    *   mapped input fails its action's schema, or the input is not storable JSON; nothing is
    *   written.
    */
-  async submit<RI>(workflow: Workflow<RI>, input: RI, options: SubmitOptions = {}): Promise<SubmitResult> {
+  async submit<RI>(
+    workflow: Workflow<RI>,
+    input: RI,
+    options: SubmitOptions = {},
+  ): Promise<SubmitResult> {
     const { runId } = await this.insert(workflow, input, null, options.tx);
     return { runId };
   }
@@ -215,7 +219,12 @@ export class Client {
     input: RI,
     options: SubmitOptions = {},
   ): Promise<SubmitOnceResult> {
-    if (typeof key !== 'string' || key.length === 0 || key.includes('\u0000') || Buffer.byteLength(key) > MAX_KEY_BYTES) {
+    if (
+      typeof key !== 'string' ||
+      key.length === 0 ||
+      key.includes('\u0000') ||
+      Buffer.byteLength(key) > MAX_KEY_BYTES
+    ) {
       throw new InputValidationError(workflow.name, [
         {
           path: ['key'],
@@ -233,7 +242,9 @@ export class Client {
     tx: Tx | undefined,
   ): Promise<SubmitOnceResult> {
     const value = this.validateRunInput(workflow, input);
-    const { text } = wrapPayload(workflow.name, () => encodePayload(value, this.maxPayloadBytes, 'the run input'));
+    const { text } = wrapPayload(workflow.name, () =>
+      encodePayload(value, this.maxPayloadBytes, 'the run input'),
+    );
     const hash = hashJson(JSON.parse(text) as Json);
     const nodes = workflow.nodes;
     const runId = randomUUID();
@@ -263,7 +274,8 @@ export class Client {
       ]);
       const existing = found.rows[0];
       if (existing) {
-        if (existing.input_hash !== hash) throw new SubmitKeyConflictError(workflow.name, key as string, existing.id);
+        if (existing.input_hash !== hash)
+          throw new SubmitKeyConflictError(workflow.name, key as string, existing.id);
         return { runId: existing.id, created: false };
       }
       // The conflicting run vanished between the statements (deleted by retention): try again.
@@ -292,7 +304,8 @@ export class Client {
         );
       }
       const r = n.action.inputSchema.safeParse(mapped);
-      if (!r.success) throw new InputValidationError(workflow.name, zodIssues(r.error.issues), n.name);
+      if (!r.success)
+        throw new InputValidationError(workflow.name, zodIssues(r.error.issues), n.name);
     }
     return value;
   }
@@ -303,10 +316,9 @@ export class Client {
    */
   async getRun(runId: string): Promise<RunInfo> {
     if (!isUuid(runId)) throw new RunNotFoundError(String(runId));
-    const runs = await this.pool.query(
-      `SELECT * FROM ${this.q}.cyclone_runs WHERE id = $1`,
-      [runId],
-    );
+    const runs = await this.pool.query(`SELECT * FROM ${this.q}.cyclone_runs WHERE id = $1`, [
+      runId,
+    ]);
     const r = runs.rows[0];
     if (!r) throw new RunNotFoundError(runId);
     const steps = await this.pool.query(
@@ -345,7 +357,9 @@ export class Client {
       const run = await this.getRun(runId);
       if (run.state !== 'running') return run;
       if (Date.now() >= deadline) throw new WaitTimeoutError(runId, timeoutMs);
-      await new Promise((r) => setTimeout(r, Math.min(options.pollMs ?? 100, Math.max(1, deadline - Date.now()))));
+      await new Promise((r) =>
+        setTimeout(r, Math.min(options.pollMs ?? 100, Math.max(1, deadline - Date.now()))),
+      );
     }
   }
 
@@ -431,7 +445,12 @@ export class Client {
     await this.inRunTx(runId, async (c, run) => {
       if (run.state === 'cancelled') return;
       if (run.state === 'completed') {
-        throw new InvalidStateError(runId, undefined, run.state, `run ${runId} is completed; it cannot be cancelled`);
+        throw new InvalidStateError(
+          runId,
+          undefined,
+          run.state,
+          `run ${runId} is completed; it cannot be cancelled`,
+        );
       }
       await c.query(
         `UPDATE ${this.q}.cyclone_steps SET state = 'cancelled', lease_owner = NULL,
@@ -453,7 +472,10 @@ export class Client {
    */
   private async inRunTx<T>(
     runId: string,
-    fn: (c: pg.PoolClient, run: { state: string; steps_active: number; workflow: string }) => Promise<T>,
+    fn: (
+      c: pg.PoolClient,
+      run: { state: string; steps_active: number; workflow: string },
+    ) => Promise<T>,
   ): Promise<T> {
     for (let attempt = 1; ; attempt++) {
       const c = await this.pool.connect();
@@ -492,7 +514,14 @@ function wrapPayload<T>(workflow: string, fn: () => T): T {
   } catch (err) {
     if (err instanceof PayloadError) {
       throw new InputValidationError(workflow, [
-        { path: err.path.replace(/^\$\.?/, '').split('.').filter(Boolean), message: err.message, code: 'payload' },
+        {
+          path: err.path
+            .replace(/^\$\.?/, '')
+            .split('.')
+            .filter(Boolean),
+          message: err.message,
+          code: 'payload',
+        },
       ]);
     }
     throw err;

@@ -3,7 +3,7 @@
  * defined). Nothing here touches the database.
  */
 import type { ZodType } from 'zod';
-import type { Client, SubmitOptions, SubmitResult, SubmitOnceResult } from './client.js';
+import type { Client, SubmitOnceResult, SubmitOptions, SubmitResult } from './client.js';
 import { WorkflowDefinitionError } from './errors.js';
 import type { Logger } from './logger.js';
 
@@ -52,6 +52,14 @@ export interface Context {
   upstream<T = Json>(node: string): T;
   /** A logger bound to runId, node and attempt. */
   readonly log: Logger;
+  /** The client of the worker running the step (its pool, schema and operator API). */
+  readonly client: Client;
+  /**
+   * Re-checks this claim's fence in the database: resolves when the step is still `running` at
+   * this attempt, so the lease is held.
+   * @throws LeaseLostError when it is not (reclaimed, timed out, cancelled).
+   */
+  assertLease(): Promise<void>;
 }
 
 /** Backoff policy: the delay in ms before attempt `attempt + 1`, given the failed `attempt`. */
@@ -125,10 +133,19 @@ export function newAction<I = unknown, O = unknown>(
   }
   const maxAttempts = options.maxAttempts ?? DEFAULT_MAX_ATTEMPTS;
   if (!Number.isInteger(maxAttempts) || maxAttempts < 1) {
-    throw new WorkflowDefinitionError(name, `maxAttempts must be an integer ≥ 1, got ${maxAttempts}`);
+    throw new WorkflowDefinitionError(
+      name,
+      `maxAttempts must be an integer ≥ 1, got ${maxAttempts}`,
+    );
   }
-  if (options.timeout !== undefined && !(Number.isInteger(options.timeout) && options.timeout > 0)) {
-    throw new WorkflowDefinitionError(name, `timeout must be a positive integer (ms), got ${options.timeout}`);
+  if (
+    options.timeout !== undefined &&
+    !(Number.isInteger(options.timeout) && options.timeout > 0)
+  ) {
+    throw new WorkflowDefinitionError(
+      name,
+      `timeout must be a positive integer (ms), got ${options.timeout}`,
+    );
   }
   return Object.freeze({
     kind: 'action' as const,
@@ -182,7 +199,12 @@ export interface Workflow<RI = unknown> {
   /** `client.submit(this, input, options)`. */
   submit(client: Client, input: RI, options?: SubmitOptions): Promise<SubmitResult>;
   /** `client.submitOnce(this, key, input, options)`. */
-  submitOnce(client: Client, key: string, input: RI, options?: SubmitOptions): Promise<SubmitOnceResult>;
+  submitOnce(
+    client: Client,
+    key: string,
+    input: RI,
+    options?: SubmitOptions,
+  ): Promise<SubmitOnceResult>;
 }
 
 /** Options of `newWorkflow`. */
@@ -204,7 +226,8 @@ export function newWorkflow<RI = unknown>(name: string, spec: WorkflowSpec<RI>):
     throw new WorkflowDefinitionError(name, 'spec.nodes must be an object of nodes');
   }
   const names = Object.keys(spec.nodes);
-  if (names.length === 0) throw new WorkflowDefinitionError(name, 'a workflow needs at least one node');
+  if (names.length === 0)
+    throw new WorkflowDefinitionError(name, 'a workflow needs at least one node');
   for (const n of names) {
     checkName('node', name, n);
     const s = spec.nodes[n];
@@ -212,18 +235,23 @@ export function newWorkflow<RI = unknown>(name: string, spec: WorkflowSpec<RI>):
       throw new WorkflowDefinitionError(name, `node '${n}' needs an action made by newAction`);
     }
     const after = s.after ?? [];
-    if (!Array.isArray(after)) throw new WorkflowDefinitionError(name, `node '${n}': after must be an array`);
+    if (!Array.isArray(after))
+      throw new WorkflowDefinitionError(name, `node '${n}': after must be an array`);
     const seen = new Set<string>();
     for (const dep of after) {
       if (dep === n) throw new WorkflowDefinitionError(name, `node '${n}' depends on itself`);
       if (!(dep in spec.nodes)) {
         throw new WorkflowDefinitionError(name, `node '${n}' depends on unknown node '${dep}'`);
       }
-      if (seen.has(dep)) throw new WorkflowDefinitionError(name, `node '${n}' lists '${dep}' twice in after`);
+      if (seen.has(dep))
+        throw new WorkflowDefinitionError(name, `node '${n}' lists '${dep}' twice in after`);
       seen.add(dep);
     }
     if (s.input !== undefined && typeof s.input !== 'function') {
-      throw new WorkflowDefinitionError(name, `node '${n}': input must be a function (run, upstream) => input`);
+      throw new WorkflowDefinitionError(
+        name,
+        `node '${n}': input must be a function (run, upstream) => input`,
+      );
     }
     if (s.maxAttempts !== undefined && !(Number.isInteger(s.maxAttempts) && s.maxAttempts >= 1)) {
       throw new WorkflowDefinitionError(name, `node '${n}': maxAttempts must be an integer ≥ 1`);
@@ -246,7 +274,10 @@ export function newWorkflow<RI = unknown>(name: string, spec: WorkflowSpec<RI>):
     }
   }
   if (order.length !== names.length) {
-    throw new WorkflowDefinitionError(name, `the nodes contain a cycle: ${findCycle(spec.nodes).join(' → ')}`);
+    throw new WorkflowDefinitionError(
+      name,
+      `the nodes contain a cycle: ${findCycle(spec.nodes).join(' → ')}`,
+    );
   }
 
   const ancestors = new Map<string, Set<string>>();
@@ -282,7 +313,7 @@ export function newWorkflow<RI = unknown>(name: string, spec: WorkflowSpec<RI>):
   return Object.freeze(workflow);
 }
 
-function findCycle(nodes: Record<string, NodeSpec<unknown>>): string[] {
+function findCycle<RI>(nodes: Record<string, NodeSpec<RI>>): string[] {
   const state = new Map<string, 'visiting' | 'done'>();
   const stack: string[] = [];
   const visit = (n: string): string[] | undefined => {

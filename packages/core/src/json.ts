@@ -26,11 +26,15 @@ export function toJson(value: unknown, path = '$', seen: Set<object> = new Set()
     case 'boolean':
       return value;
     case 'number':
-      if (!Number.isFinite(value)) throw new PayloadError(`${value} is not representable in JSON`, path);
+      if (!Number.isFinite(value))
+        throw new PayloadError(`${value} is not representable in JSON`, path);
       return value;
     case 'string':
       if (value.includes('\u0000')) {
-        throw new PayloadError('a NUL character (U+0000) cannot be stored in PostgreSQL jsonb', path);
+        throw new PayloadError(
+          'a NUL character (U+0000) cannot be stored in PostgreSQL jsonb',
+          path,
+        );
       }
       return value;
     case 'undefined':
@@ -60,7 +64,10 @@ export function toJson(value: unknown, path = '$', seen: Set<object> = new Set()
     for (const [k, v] of Object.entries(obj)) {
       if (v === undefined) continue;
       if (k.includes('\u0000')) {
-        throw new PayloadError('a NUL character (U+0000) cannot be stored in PostgreSQL jsonb', path);
+        throw new PayloadError(
+          'a NUL character (U+0000) cannot be stored in PostgreSQL jsonb',
+          path,
+        );
       }
       out[k] = toJson(v, `${path}.${k}`, seen);
     }
@@ -84,7 +91,10 @@ export function encodePayload(
   const text = JSON.stringify(json);
   const bytes = Buffer.byteLength(text, 'utf8');
   if (bytes > maxBytes) {
-    throw new PayloadError(`${what} is ${bytes} bytes of JSON, over the limit of ${maxBytes} bytes`, '$');
+    throw new PayloadError(
+      `${what} is ${bytes} bytes of JSON, over the limit of ${maxBytes} bytes`,
+      '$',
+    );
   }
   return { text, value: json };
 }

@@ -1,0 +1,446 @@
+/**
+ * One claimed step, from handler to recorded outcome: input mapping and validation, the handler
+ * raced against its timeout and lease, the fenced completion (on the handler's `completionTx`
+ * if it opened one) or the fenced failure with backoff (ARCHITECTURE.md § The step lifecycle,
+ * 3–5 and 7).
+ */
+import type pg from 'pg';
+import type { Client } from './client.js';
+import { MAX_ERROR_MESSAGE_CHARS, MAX_ERROR_STACK_CHARS, zodIssues } from './client.js';
+import type { Context, Json, NodeDef, Tx, Workflow } from './definitions.js';
+import {
+  InputValidationError,
+  LeaseLostError,
+  NonRetryableError,
+  PayloadError,
+  StepTimeoutError,
+} from './errors.js';
+import { encodePayload } from './json.js';
+import type { Logger } from './logger.js';
+import { isConnectionError, sleep } from './pg-util.js';
+import * as sql from './sql.js';
+import type { WorkerStats } from './worker.js';
+
+/** A row returned by the claim statement. */
+export interface ClaimedRow {
+  run_id: string;
+  node: string;
+  workflow: string;
+  action: string;
+  attempt: number;
+  max_attempts: number;
+  run_input: Json;
+  upstream: Record<string, Json>;
+}
+
+/** What the worker keeps of a running step. */
+export interface StepHandle {
+  readonly runId: string;
+  readonly node: string;
+  readonly attempt: number;
+  /** Settles when the step's outcome is recorded (or given up). Never rejects. */
+  readonly done: Promise<void>;
+  /** True once the handler settled: the heartbeat leaves the step alone. */
+  readonly finishing: boolean;
+  /** The heartbeat found the lease lost: abort `ctx.signal` with `LeaseLostError`. */
+  leaseLost(): void;
+  /** Hard stop: abort `ctx.signal` with `reason`. */
+  abort(reason: Error): void;
+}
+
+interface Env {
+  client: Client;
+  pool: pg.Pool;
+  workflow: Workflow<unknown>;
+  log: Logger;
+  stats: WorkerStats;
+  /** How long (ms) to keep retrying a write whose connection failed. */
+  retryDeadlineMs: number;
+  stopping(): boolean;
+}
+
+type Failure = { kind: string; error: unknown; nonRetryable: boolean };
+
+/** Starts running one claimed step; see `StepHandle`. */
+export function runStep(row: ClaimedRow, env: Env): StepHandle {
+  const ac = new AbortController();
+  let finishing = false;
+  const handle: StepHandle = {
+    runId: row.run_id,
+    node: row.node,
+    attempt: row.attempt,
+    done: Promise.resolve(),
+    get finishing() {
+      return finishing;
+    },
+    leaseLost: () => ac.abort(new LeaseLostError(row.run_id, row.node, row.attempt)),
+    abort: (reason) => ac.abort(reason),
+  };
+  (handle as { done: Promise<void> }).done = execute(row, env, ac, () => {
+    finishing = true;
+  }).catch((err) => {
+    env.log.error({ err: String(err), runId: row.run_id, node: row.node }, 'step runner failed');
+  });
+  return handle;
+}
+
+async function execute(
+  row: ClaimedRow,
+  env: Env,
+  ac: AbortController,
+  markFinishing: () => void,
+): Promise<void> {
+  const { client, pool } = env;
+  const log = env.log.child({ runId: row.run_id, node: row.node, attempt: row.attempt });
+  const node = env.workflow.nodeByName.get(row.node);
+  if (!node) {
+    markFinishing();
+    await recordFailure(row, env, log, {
+      kind: 'input_invalid',
+      nonRetryable: true,
+      error: new Error(
+        `this worker's definition of workflow '${row.workflow}' has no node '${row.node}'`,
+      ),
+    });
+    return;
+  }
+
+  // The completion transaction, opened on demand by the handler.
+  let tx: pg.PoolClient | undefined;
+  let txOpening: Promise<Tx> | undefined;
+  let ended = false;
+  const txApi: Tx = {
+    query: async (text, values) => {
+      if (ended || !tx) throw new LeaseLostError(row.run_id, row.node, row.attempt);
+      return tx.query(text, values) as never;
+    },
+  };
+  const ctx: Context = {
+    runId: row.run_id,
+    node: row.node,
+    attempt: row.attempt,
+    workflow: row.workflow,
+    action: row.action,
+    signal: ac.signal,
+    log,
+    client,
+    completionTx() {
+      if (ended) return Promise.reject(new LeaseLostError(row.run_id, row.node, row.attempt));
+      txOpening ??= (async () => {
+        const c = await pool.connect();
+        try {
+          await c.query('BEGIN');
+        } catch (err) {
+          c.release(err as Error);
+          throw err;
+        }
+        tx = c;
+        return txApi;
+      })();
+      return txOpening;
+    },
+    upstream<T>(name: string): T {
+      if (!node.ancestors.includes(name)) {
+        throw new Error(
+          `node '${name}' is not upstream of '${row.node}' in workflow '${row.workflow}'`,
+        );
+      }
+      return row.upstream[name] as T;
+    },
+    async assertLease() {
+      const { rows } = await pool.query(
+        `SELECT 1 FROM ${client.q}.cyclone_steps
+         WHERE run_id = $1 AND node = $2 AND attempt = $3 AND state = 'running'`,
+        [row.run_id, row.node, row.attempt],
+      );
+      if (rows.length === 0 || ac.signal.aborted)
+        throw new LeaseLostError(row.run_id, row.node, row.attempt);
+    },
+  };
+
+  /** Ends the completion transaction: refuses further handler queries, rolls back, releases. */
+  const closeTx = async (): Promise<void> => {
+    ended = true;
+    if (!txOpening) return;
+    const opened = await txOpening.then(
+      () => true,
+      () => false,
+    );
+    if (!opened || !tx) return;
+    const c = tx;
+    tx = undefined;
+    try {
+      await c.query('ROLLBACK');
+      c.release();
+    } catch (err) {
+      c.release(err as Error);
+    }
+  };
+
+  let input: unknown;
+  try {
+    input = mapInput(node, row);
+  } catch (err) {
+    markFinishing();
+    await recordFailure(row, env, log, { kind: 'input_invalid', nonRetryable: true, error: err });
+    return;
+  }
+
+  // The handler, raced against the abort (timeout, lease loss, hard stop).
+  const timeoutMs = node.action.timeoutMs;
+  const timer = timeoutMs
+    ? setTimeout(() => ac.abort(new StepTimeoutError(timeoutMs)), timeoutMs)
+    : undefined;
+  type Outcome = { ok: true; value: unknown } | { ok: false; error: unknown; aborted: boolean };
+  const aborted = new Promise<Outcome>((resolve) => {
+    const onAbort = () => resolve({ ok: false, error: ac.signal.reason, aborted: true });
+    if (ac.signal.aborted) onAbort();
+    else ac.signal.addEventListener('abort', onAbort, { once: true });
+  });
+  const ran = (async () => node.action.handler(ctx, input))().then(
+    (value): Outcome => ({ ok: true, value }),
+    (error): Outcome => ({ ok: false, error, aborted: false }),
+  );
+  const outcome = await Promise.race([ran, aborted]);
+  clearTimeout(timer);
+  markFinishing();
+
+  if (!outcome.ok) {
+    await closeTx();
+    const error = outcome.error;
+    if (error instanceof LeaseLostError) {
+      env.stats.leaseLost++;
+      log.warn({}, 'lease lost while the handler ran; the step belongs to another claim now');
+      return;
+    }
+    if (outcome.aborted && !(error instanceof StepTimeoutError)) {
+      await recordFailure(row, env, log, { kind: 'worker_stopped', nonRetryable: false, error }, 0);
+      return;
+    }
+    await recordFailure(row, env, log, {
+      kind:
+        error instanceof StepTimeoutError
+          ? 'timeout'
+          : error instanceof NonRetryableError
+            ? 'non_retryable'
+            : 'error',
+      nonRetryable: error instanceof NonRetryableError,
+      error,
+    });
+    return;
+  }
+
+  let output: string;
+  try {
+    output = encodePayload(
+      outcome.value === undefined ? null : outcome.value,
+      client.maxPayloadBytes,
+      `the output of node '${row.node}'`,
+    ).text;
+  } catch (err) {
+    await closeTx();
+    const error =
+      err instanceof PayloadError
+        ? new PayloadError(
+            `the handler's output cannot be stored: ${err.message.replace(/ at \S+$/, '')}`,
+            err.path,
+          )
+        : err;
+    await recordFailure(row, env, log, { kind: 'output_invalid', nonRetryable: true, error });
+    return;
+  }
+
+  const params = [row.run_id, row.node, row.attempt, output, client.channel, row.workflow];
+  if (tx && !ended) {
+    // Complete on the handler's transaction: its writes and the transition commit together.
+    const c = tx;
+    ended = true;
+    tx = undefined;
+    let done = 0;
+    try {
+      const r = await c.query<{ done: number; run_state: string | null }>(
+        sql.complete(client.q),
+        params,
+      );
+      done = r.rows[0]?.done ?? 0;
+      if (done === 0) {
+        await c.query('ROLLBACK');
+        c.release();
+        env.stats.leaseLost++;
+        log.warn(
+          { err: new LeaseLostError(row.run_id, row.node, row.attempt).message },
+          'completion fenced out; business writes rolled back',
+        );
+        return;
+      }
+      await c.query('COMMIT');
+      c.release();
+      env.stats.completed++;
+      return;
+    } catch (err) {
+      c.release(err as Error);
+      if (isConnectionError(err) && done === 1 && (await completedByUs(row, env))) {
+        env.stats.completed++;
+        return;
+      }
+      // The transaction is rolled back (the statement failed or the connection died before
+      // COMMIT): record the attempt as failed.
+      await recordFailure(row, env, log, { kind: 'error', nonRetryable: false, error: err });
+      return;
+    }
+  }
+  await closeTx();
+  try {
+    const done = await withRetry(env, log, async () => {
+      const r = await pool.query<{ done: number }>(sql.complete(client.q), params);
+      return r.rows[0]?.done ?? 0;
+    });
+    if (done === 1 || (await completedByUs(row, env))) {
+      env.stats.completed++;
+    } else {
+      env.stats.leaseLost++;
+      log.warn(
+        { err: new LeaseLostError(row.run_id, row.node, row.attempt).message },
+        'completion fenced out',
+      );
+    }
+  } catch (err) {
+    log.error(
+      { err: String(err) },
+      'could not record completion; the lease will expire and the step run again',
+    );
+  }
+}
+
+/** The node's input: the mapping of run input and upstream outputs, validated by the action. */
+function mapInput(node: NodeDef<unknown>, row: ClaimedRow): unknown {
+  let mapped: unknown;
+  try {
+    mapped = node.input ? node.input(row.run_input, row.upstream) : row.run_input;
+  } catch (err) {
+    throw new InputValidationError(
+      row.workflow,
+      [{ path: [], message: `input mapping threw: ${describe(err)}` }],
+      row.node,
+    );
+  }
+  const schema = node.action.inputSchema;
+  if (!schema) return mapped;
+  const r = schema.safeParse(mapped);
+  if (!r.success) throw new InputValidationError(row.workflow, zodIssues(r.error.issues), row.node);
+  return r.data;
+}
+
+/** After an unknown outcome: is the step completed at our attempt (our commit went through)? */
+async function completedByUs(row: ClaimedRow, env: Env): Promise<boolean> {
+  try {
+    return await withRetry(env, env.log, async () => {
+      const { rows } = await env.pool.query(
+        `SELECT 1 FROM ${env.client.q}.cyclone_steps
+         WHERE run_id = $1 AND node = $2 AND attempt = $3 AND state = 'completed'`,
+        [row.run_id, row.node, row.attempt],
+      );
+      return rows.length === 1;
+    });
+  } catch {
+    return false;
+  }
+}
+
+/** Records a failed attempt (fenced): retryable after the backoff, or discarded. */
+async function recordFailure(
+  row: ClaimedRow,
+  env: Env,
+  log: Logger,
+  failure: Failure,
+  delayOverrideMs?: number,
+): Promise<void> {
+  const node = env.workflow.nodeByName.get(row.node);
+  let delay = delayOverrideMs ?? 0;
+  if (delayOverrideMs === undefined && node) {
+    try {
+      delay = node.action.backoff(row.attempt);
+    } catch {
+      delay = 1000;
+    }
+    if (!Number.isFinite(delay) || delay < 0) delay = 1000;
+  }
+  const entry = {
+    attempt: row.attempt,
+    at: new Date().toISOString(),
+    kind: failure.kind,
+    message: describe(failure.error).slice(0, MAX_ERROR_MESSAGE_CHARS),
+    ...(failure.error instanceof Error && failure.error.stack
+      ? { stack: failure.error.stack.slice(0, MAX_ERROR_STACK_CHARS) }
+      : {}),
+  };
+  let entryText: string;
+  try {
+    entryText = encodePayload(entry, 64 * 1024, 'error entry').text;
+  } catch {
+    entryText = JSON.stringify({
+      ...entry,
+      message: entry.message.replaceAll('\u0000', '\\u0000'),
+      stack: undefined,
+    });
+  }
+  try {
+    const rows = await withRetry(env, log, async () => {
+      const r = await env.pool.query<{ step_state: string; run_state: string | null }>(
+        sql.fail(env.client.q),
+        [
+          row.run_id,
+          row.node,
+          row.attempt,
+          entryText,
+          delay,
+          failure.nonRetryable,
+          env.client.channel,
+          row.workflow,
+        ],
+      );
+      return r.rows;
+    });
+    if (rows.length === 0) {
+      env.stats.leaseLost++;
+      log.warn({ kind: failure.kind }, 'failure not recorded: the lease was already lost');
+      return;
+    }
+    env.stats.failed++;
+    log.warn(
+      { kind: failure.kind, err: entry.message, state: rows[0]?.step_state, delayMs: delay },
+      'step attempt failed',
+    );
+  } catch (err) {
+    log.error(
+      { err: String(err) },
+      'could not record the failure; the lease will expire and the step run again',
+    );
+  }
+}
+
+/** Retries `fn` on connection errors (with backoff) for up to the env's deadline. */
+async function withRetry<T>(env: Env, log: Logger, fn: () => Promise<T>): Promise<T> {
+  const deadline = Date.now() + env.retryDeadlineMs;
+  for (let i = 0; ; i++) {
+    try {
+      return await fn();
+    } catch (err) {
+      if (!isConnectionError(err) || Date.now() >= deadline) throw err;
+      log.warn({ err: String(err) }, 'database connection failed; retrying');
+      await sleep(Math.min(50 * 2 ** i, 2_000));
+    }
+  }
+}
+
+/** A message for anything thrown, Error or not. */
+export function describe(err: unknown): string {
+  if (err instanceof Error) return err.message || err.name;
+  if (typeof err === 'string') return err;
+  if (err === undefined) return 'undefined was thrown';
+  try {
+    return `non-Error value thrown: ${JSON.stringify(err)}`;
+  } catch {
+    return `non-Error value thrown: ${String(err)}`;
+  }
+}

@@ -1,0 +1,384 @@
+/**
+ * `Worker`: claims steps, runs their handlers under leases kept alive by heartbeats, completes
+ * them in a fenced transaction, records failures with backoff, and runs the recovery sweep
+ * (ARCHITECTURE.md § The step lifecycle). Pickup is LISTEN/NOTIFY with polling as the fallback.
+ *
+ * The SQL of each transition is in sql.ts; the per-step logic is in step-runner.ts.
+ */
+import { randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
+import pg from 'pg';
+import type { Client } from './client.js';
+import type { Workflow } from './definitions.js';
+import { ConfigError } from './errors.js';
+import type { Logger } from './logger.js';
+import { isConnectionError, sleep } from './pg-util.js';
+import * as sql from './sql.js';
+import { type ClaimedRow, runStep, type StepHandle } from './step-runner.js';
+
+/** Options of `Worker`. Durations are in milliseconds. */
+export interface WorkerOptions {
+  client: Client;
+  /** The workflows this worker runs; it claims only their steps. */
+  // biome-ignore lint/suspicious/noExplicitAny: workflows of any input type
+  workflows: readonly Workflow<any>[];
+  /** Handlers run at once. Default 10. */
+  concurrency?: number;
+  /** Lease of a claimed step. Default 30,000 ms. Kept alive by heartbeats while the handler runs. */
+  leaseMs?: number;
+  /** Interval of the batched lease extension. Default leaseMs / 3. */
+  heartbeatIntervalMs?: number;
+  /** Interval of the recovery sweep (±20 % jitter). Default 5,000 ms. */
+  sweepIntervalMs?: number;
+  /** Most expired steps one sweep statement moves. Default 1,000. */
+  sweepBatchSize?: number;
+  /** Poll interval when no NOTIFY arrives. Default 1,000 ms. */
+  pollIntervalMs?: number;
+  /** Most steps one claim statement takes. Default `concurrency`. */
+  claimBatchSize?: number;
+  /** Unique id of this worker (lease owner). Default: host, pid and 8 random hex characters. */
+  workerId?: string;
+  /** Logger (pino-compatible). Default: the client's. */
+  logger?: Logger;
+  /** LISTEN for NOTIFY pickup. Default true; polling always runs as the fallback. */
+  listen?: boolean;
+  /**
+   * Connections of the worker's own pool, when the client was made from a connectionString.
+   * Default `concurrency + 4`: one per `completionTx` plus control statements, so heartbeats are
+   * never starved by handlers holding transactions. With a caller-given pool, size it likewise.
+   */
+  poolSize?: number;
+}
+
+/** Counters since `start()`. */
+export interface WorkerStats {
+  claimed: number;
+  completed: number;
+  failed: number;
+  /** Completions or failures refused by the fence: the lease had been lost. */
+  leaseLost: number;
+  /** Steps moved by this worker's sweeps (from any worker). */
+  swept: number;
+}
+
+/**
+ * Runs the steps of the given workflows. Start any number of workers, in any number of
+ * processes; they coordinate only through PostgreSQL.
+ */
+export class Worker {
+  /** This worker's id, the `lease_owner` of its claims. */
+  readonly workerId: string;
+  readonly stats: WorkerStats = { claimed: 0, completed: 0, failed: 0, leaseLost: 0, swept: 0 };
+  private readonly client: Client;
+  private readonly workflows: Map<string, Workflow<unknown>>;
+  private readonly concurrency: number;
+  private readonly leaseMs: number;
+  private readonly heartbeatIntervalMs: number;
+  private readonly sweepIntervalMs: number;
+  private readonly sweepBatchSize: number;
+  private readonly pollIntervalMs: number;
+  private readonly claimBatchSize: number;
+  private readonly listenEnabled: boolean;
+  private readonly log: Logger;
+  private readonly pool: pg.Pool;
+  private readonly ownsPool: boolean;
+  private readonly inflight = new Map<string, StepHandle>();
+  private state: 'new' | 'running' | 'stopping' | 'stopped' = 'new';
+  private wakeResolve: (() => void) | undefined;
+  private wakePending = false;
+  private loopDone: Promise<void> | undefined;
+  private timers: { t?: NodeJS.Timeout }[] = [];
+  private listener: pg.Client | undefined;
+
+  /** @throws ConfigError on a bad option or two workflows with one name. */
+  constructor(options: WorkerOptions) {
+    this.client = options.client;
+    this.workflows = new Map();
+    for (const wf of options.workflows) {
+      if (this.workflows.has(wf.name))
+        throw new ConfigError(`workflow '${wf.name}' is registered twice`);
+      this.workflows.set(wf.name, wf);
+    }
+    if (this.workflows.size === 0) throw new ConfigError('a Worker needs at least one workflow');
+    const positive = (name: string, v: number | undefined, def: number) => {
+      const x = v ?? def;
+      if (!Number.isFinite(x) || x <= 0)
+        throw new ConfigError(`${name} must be a positive number, got ${v}`);
+      return x;
+    };
+    this.concurrency = Math.trunc(positive('concurrency', options.concurrency, 10));
+    this.leaseMs = positive('leaseMs', options.leaseMs, 30_000);
+    this.heartbeatIntervalMs = positive(
+      'heartbeatIntervalMs',
+      options.heartbeatIntervalMs,
+      this.leaseMs / 3,
+    );
+    this.sweepIntervalMs = positive('sweepIntervalMs', options.sweepIntervalMs, 5_000);
+    this.sweepBatchSize = Math.trunc(positive('sweepBatchSize', options.sweepBatchSize, 1_000));
+    this.pollIntervalMs = positive('pollIntervalMs', options.pollIntervalMs, 1_000);
+    this.claimBatchSize = Math.trunc(
+      positive('claimBatchSize', options.claimBatchSize, this.concurrency),
+    );
+    this.listenEnabled = options.listen ?? true;
+    this.workerId =
+      options.workerId ?? `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
+    this.log = (options.logger ?? this.client.logger).child({ workerId: this.workerId });
+    if (this.client.connectionString) {
+      this.pool = new pg.Pool({
+        connectionString: this.client.connectionString,
+        max: options.poolSize ?? this.concurrency + 4,
+      });
+      this.pool.on('error', (err) => this.log.warn({ err: err.message }, 'idle connection lost'));
+      this.ownsPool = true;
+    } else {
+      this.pool = this.client.pool;
+      this.ownsPool = false;
+    }
+  }
+
+  /** Steps running now. */
+  get running(): number {
+    return this.inflight.size;
+  }
+
+  /**
+   * Starts claiming. Resolves once the loops run (LISTEN is connected, or failed and left to
+   * reconnect while polling covers).
+   * @throws Error when called twice.
+   */
+  async start(): Promise<void> {
+    if (this.state !== 'new') throw new Error(`worker ${this.workerId} was already started`);
+    this.state = 'running';
+    if (this.listenEnabled) await this.connectListener();
+    this.timers.push(this.every(this.heartbeatIntervalMs, () => this.heartbeat(), 0));
+    this.timers.push(this.every(this.sweepIntervalMs, () => this.sweep(), 0.2));
+    this.loopDone = this.loop();
+    this.log.info(
+      { workflows: [...this.workflows.keys()], concurrency: this.concurrency },
+      'worker started',
+    );
+  }
+
+  /**
+   * Graceful stop: claims nothing new, lets in-flight handlers finish for up to `graceMs`
+   * (default 30,000 ms), then aborts the rest (`ctx.signal`, reason "worker stopping"), records
+   * their attempts as failed so they are retried at once elsewhere, and closes the worker's pool.
+   */
+  async stop(options: { graceMs?: number } = {}): Promise<void> {
+    if (this.state === 'stopped' || this.state === 'stopping') return;
+    if (this.state === 'new') {
+      this.state = 'stopped';
+      if (this.ownsPool) await this.pool.end();
+      return;
+    }
+    this.state = 'stopping';
+    this.wake();
+    await this.loopDone;
+    const listener = this.listener;
+    this.listener = undefined;
+    await listener?.end().catch(() => {});
+    const graceMs = options.graceMs ?? 30_000;
+    const drained = Promise.all([...this.inflight.values()].map((h) => h.done));
+    let graceTimer: NodeJS.Timeout | undefined;
+    const timedOut = await Promise.race([
+      drained.then(() => false),
+      new Promise<boolean>((r) => {
+        graceTimer = setTimeout(() => r(true), graceMs);
+      }),
+    ]);
+    clearTimeout(graceTimer);
+    if (timedOut) {
+      this.log.warn(
+        { steps: this.inflight.size },
+        'grace period over: aborting in-flight handlers',
+      );
+      for (const h of this.inflight.values()) h.abort(new Error('worker stopping'));
+      await Promise.all([...this.inflight.values()].map((h) => h.done));
+    }
+    for (const h of this.timers) clearTimeout(h.t);
+    this.timers = [];
+    this.state = 'stopped';
+    if (this.ownsPool) await this.pool.end();
+    this.log.info({ ...this.stats }, 'worker stopped');
+  }
+
+  /** Runs `fn` every `ms` (± `jitter` fraction), never overlapping itself, until stopped. */
+  private every(ms: number, fn: () => Promise<void>, jitter: number): { t?: NodeJS.Timeout } {
+    const holder: { t?: NodeJS.Timeout } = {};
+    const next = () => ms * (1 + jitter * (Math.random() * 2 - 1));
+    const tick = async () => {
+      if (this.isStopped()) return;
+      await fn().catch((err) => this.log.error({ err: String(err) }, 'background task failed'));
+      if (!this.isStopped()) holder.t = setTimeout(tick, next());
+    };
+    holder.t = setTimeout(tick, next());
+    return holder;
+  }
+
+  private isStopped(): boolean {
+    return this.state === 'stopped';
+  }
+
+  private wake(): void {
+    this.wakePending = true;
+    this.wakeResolve?.();
+  }
+
+  private waitForWake(ms: number): Promise<void> {
+    if (this.wakePending) {
+      this.wakePending = false;
+      return Promise.resolve();
+    }
+    return new Promise((resolve) => {
+      const t = setTimeout(done, ms);
+      function done() {
+        clearTimeout(t);
+        resolve();
+      }
+      this.wakeResolve = () => {
+        this.wakeResolve = undefined;
+        this.wakePending = false;
+        done();
+      };
+    });
+  }
+
+  /** The claim loop: claims up to the free slots, then waits for a NOTIFY, a free slot or the poll. */
+  private async loop(): Promise<void> {
+    let failures = 0;
+    while (this.state === 'running') {
+      const want = Math.min(this.concurrency - this.inflight.size, this.claimBatchSize);
+      if (want > 0) {
+        this.wakePending = false;
+        let got: number;
+        try {
+          got = await this.claim(want);
+          failures = 0;
+        } catch (err) {
+          // One failed statement must not stop the loop (ARCHITECTURE.md § Pitfalls).
+          failures++;
+          this.log.error({ err: String(err), failures }, 'claim failed; backing off');
+          await this.waitForWake(Math.min(100 * 2 ** failures, 5_000));
+          continue;
+        }
+        if (got === want) continue;
+      }
+      await this.waitForWake(this.pollIntervalMs);
+    }
+  }
+
+  private async claim(limit: number): Promise<number> {
+    const { rows } = await this.pool.query<ClaimedRow>(sql.claim(this.client.q), [
+      [...this.workflows.keys()],
+      limit,
+      this.workerId,
+      this.leaseMs,
+    ]);
+    for (const row of rows) {
+      this.stats.claimed++;
+      const key = `${row.run_id}\u0000${row.node}`;
+      const handle = runStep(row, {
+        client: this.client,
+        pool: this.pool,
+        workflow: this.workflows.get(row.workflow) as Workflow<unknown>,
+        log: this.log,
+        stats: this.stats,
+        retryDeadlineMs: this.leaseMs,
+        stopping: () => this.state !== 'running',
+      });
+      this.inflight.set(key, handle);
+      handle.done.finally(() => {
+        this.inflight.delete(key);
+        this.wake();
+      });
+    }
+    return rows.length;
+  }
+
+  /** Extends the leases of all in-flight steps in one statement; aborts those found lost. */
+  private async heartbeat(): Promise<void> {
+    const batch = [...this.inflight.values()].filter((h) => !h.finishing);
+    if (batch.length === 0) return;
+    let rows: { run_id: string; node: string; attempt: number }[];
+    try {
+      ({ rows } = await this.pool.query(sql.heartbeat(this.client.q), [
+        batch.map((h) => h.runId),
+        batch.map((h) => h.node),
+        batch.map((h) => h.attempt),
+        this.workerId,
+        this.leaseMs,
+      ]));
+    } catch (err) {
+      this.log.warn(
+        { err: String(err), connection: isConnectionError(err) },
+        'heartbeat failed; will retry',
+      );
+      return;
+    }
+    const held = new Set(rows.map((r) => `${r.run_id}\u0000${r.node}\u0000${r.attempt}`));
+    for (const h of batch) {
+      if (!held.has(`${h.runId}\u0000${h.node}\u0000${h.attempt}`) && !h.finishing) h.leaseLost();
+    }
+  }
+
+  /** The recovery sweep (any worker; no leader). Loops while full batches come back. */
+  private async sweep(): Promise<void> {
+    for (let i = 0; i < 10 && !this.isStopped(); i++) {
+      let rows: { run_id: string; node: string; state: string; attempt: number }[];
+      try {
+        ({ rows } = await this.pool.query(sql.sweep(this.client.q), [
+          this.sweepBatchSize,
+          this.client.channel,
+        ]));
+      } catch (err) {
+        this.log.warn({ err: String(err) }, 'recovery sweep failed; will retry');
+        return;
+      }
+      this.stats.swept += rows.length;
+      for (const r of rows) {
+        this.log.warn(
+          { runId: r.run_id, node: r.node, attempt: r.attempt, state: r.state },
+          'lease expired: step recovered by the sweep',
+        );
+      }
+      if (rows.length < this.sweepBatchSize) return;
+    }
+  }
+
+  private async connectListener(): Promise<void> {
+    if (this.state !== 'running') return;
+    // A dedicated connection (LISTEN needs one); with a caller-given pool, its settings.
+    const c = new pg.Client(
+      this.client.connectionString
+        ? { connectionString: this.client.connectionString }
+        : (this.client.pool as unknown as { options: pg.ClientConfig }).options,
+    );
+    c.on('notification', (msg) => {
+      if (!msg.payload || this.workflows.has(msg.payload)) this.wake();
+    });
+    const reconnect = () => {
+      if (this.listener !== c) return;
+      this.listener = undefined;
+      c.end().catch(() => {});
+      if (this.state === 'running') {
+        this.log.warn({}, 'LISTEN connection lost; polling until it is back');
+        setTimeout(() => void this.connectListener(), 1_000).unref();
+      }
+    };
+    c.on('error', reconnect);
+    c.on('end', reconnect);
+    try {
+      await c.connect();
+      await c.query(`LISTEN "${this.client.channel}"`);
+      this.listener = c;
+      // Work may have arrived while we were not listening.
+      this.wake();
+    } catch (err) {
+      c.end().catch(() => {});
+      this.log.warn({ err: String(err) }, 'LISTEN failed; polling until it works');
+      if (this.state === 'running') setTimeout(() => void this.connectListener(), 1_000).unref();
+    }
+  }
+}
+
+export { sleep };
