@@ -198,7 +198,7 @@ export class Client {
    */
   async submit<RI>(
     workflow: Workflow<RI>,
-    input: RI,
+    input: NoInfer<RI>,
     options: SubmitOptions = {},
   ): Promise<SubmitResult> {
     const { runId } = await this.insert(workflow, input, null, options.tx);
@@ -216,7 +216,7 @@ export class Client {
   async submitOnce<RI>(
     workflow: Workflow<RI>,
     key: string,
-    input: RI,
+    input: NoInfer<RI>,
     options: SubmitOptions = {},
   ): Promise<SubmitOnceResult> {
     if (
@@ -365,8 +365,8 @@ export class Client {
 
   /**
    * Operator retry: reopens a `discarded` or `cancelled` node in place — same run, same node,
-   * `attempt` keeps counting; when its attempts are exhausted, `max_attempts` is raised by the
-   * node's original budget. The run goes back to `running` (ARCHITECTURE.md § Operator retry).
+   * `attempt` keeps counting; when its attempts are exhausted, `max_attempts` is raised to
+   * `attempt + max_attempts` (the same budget again). The run goes back to `running` (ARCHITECTURE.md § Operator retry).
    * @returns the nodes reopened.
    * @throws RunNotFoundError; NodeNotFoundError; InvalidStateError when the node is not
    *   discarded/cancelled, or when reopening it alone cannot progress (an upstream is not done).

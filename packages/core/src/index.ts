@@ -1,8 +1,9 @@
 export * from './client.js';
 export * from './definitions.js';
 export * from './errors.js';
-export { DEFAULT_MAX_PAYLOAD_BYTES } from './json.js';
+export { canonicalJson, DEFAULT_MAX_PAYLOAD_BYTES, hashJson, toJson } from './json.js';
 export { consoleLogger, type Logger, silentLogger } from './logger.js';
 export { applyMigrations, type Migration } from './migrate.js';
+export { isConnectionError } from './pg-util.js';
 export { DEFAULT_SCHEMA } from './schema.js';
 export * from './worker.js';

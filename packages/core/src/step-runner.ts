@@ -419,14 +419,18 @@ async function recordFailure(
   }
 }
 
-/** Retries `fn` on connection errors (with backoff) for up to the env's deadline. */
+/** Retries `fn` on connection errors and deadlocks (with backoff) for up to the env's deadline. */
 async function withRetry<T>(env: Env, log: Logger, fn: () => Promise<T>): Promise<T> {
   const deadline = Date.now() + env.retryDeadlineMs;
   for (let i = 0; ; i++) {
     try {
       return await fn();
     } catch (err) {
-      if (!isConnectionError(err) || Date.now() >= deadline) throw err;
+      // The statements retried here are fenced, so running one twice is harmless; a deadlock or
+      // serialization failure (40P01, 40001) rolled the statement back and is retried too.
+      const code = (err as { code?: unknown }).code;
+      const transient = isConnectionError(err) || code === '40P01' || code === '40001';
+      if (!transient || Date.now() >= deadline) throw err;
       log.warn({ err: String(err) }, 'database connection failed; retrying');
       await sleep(Math.min(50 * 2 ** i, 2_000));
     }

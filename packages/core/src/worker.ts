@@ -43,9 +43,11 @@ export interface WorkerOptions {
   /** LISTEN for NOTIFY pickup. Default true; polling always runs as the fallback. */
   listen?: boolean;
   /**
-   * Connections of the worker's own pool, when the client was made from a connectionString.
-   * Default `concurrency + 4`: one per `completionTx` plus control statements, so heartbeats are
-   * never starved by handlers holding transactions. With a caller-given pool, size it likewise.
+   * Connections of the worker's pool for steps (each open `completionTx` holds one; completions
+   * and failures are recorded on it), when the client was made from a connectionString.
+   * Default `min(concurrency, 10)`. Claims, heartbeats and the sweep run on a separate pool of 2
+   * connections, so handlers holding transactions never starve the heartbeat. With a
+   * caller-given pool, everything shares it: size it at least `concurrency + 3`.
    */
   poolSize?: number;
 }
@@ -80,7 +82,10 @@ export class Worker {
   private readonly claimBatchSize: number;
   private readonly listenEnabled: boolean;
   private readonly log: Logger;
+  /** Steps: completionTx, completion and failure statements. */
   private readonly pool: pg.Pool;
+  /** Claims, heartbeats, the sweep. */
+  private readonly controlPool: pg.Pool;
   private readonly ownsPool: boolean;
   private readonly inflight = new Map<string, StepHandle>();
   private state: 'new' | 'running' | 'stopping' | 'stopped' = 'new';
@@ -124,14 +129,17 @@ export class Worker {
       options.workerId ?? `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
     this.log = (options.logger ?? this.client.logger).child({ workerId: this.workerId });
     if (this.client.connectionString) {
-      this.pool = new pg.Pool({
-        connectionString: this.client.connectionString,
-        max: options.poolSize ?? this.concurrency + 4,
-      });
-      this.pool.on('error', (err) => this.log.warn({ err: err.message }, 'idle connection lost'));
+      const make = (max: number) => {
+        const p = new pg.Pool({ connectionString: this.client.connectionString, max });
+        p.on('error', (err) => this.log.warn({ err: err.message }, 'idle connection lost'));
+        return p;
+      };
+      this.pool = make(options.poolSize ?? Math.min(this.concurrency, 10));
+      this.controlPool = make(2);
       this.ownsPool = true;
     } else {
       this.pool = this.client.pool;
+      this.controlPool = this.client.pool;
       this.ownsPool = false;
     }
   }
@@ -168,7 +176,7 @@ export class Worker {
     if (this.state === 'stopped' || this.state === 'stopping') return;
     if (this.state === 'new') {
       this.state = 'stopped';
-      if (this.ownsPool) await this.pool.end();
+      if (this.ownsPool) await Promise.all([this.pool.end(), this.controlPool.end()]);
       return;
     }
     this.state = 'stopping';
@@ -198,7 +206,7 @@ export class Worker {
     for (const h of this.timers) clearTimeout(h.t);
     this.timers = [];
     this.state = 'stopped';
-    if (this.ownsPool) await this.pool.end();
+    if (this.ownsPool) await Promise.all([this.pool.end(), this.controlPool.end()]);
     this.log.info({ ...this.stats }, 'worker stopped');
   }
 
@@ -268,7 +276,7 @@ export class Worker {
   }
 
   private async claim(limit: number): Promise<number> {
-    const { rows } = await this.pool.query<ClaimedRow>(sql.claim(this.client.q), [
+    const { rows } = await this.controlPool.query<ClaimedRow>(sql.claim(this.client.q), [
       [...this.workflows.keys()],
       limit,
       this.workerId,
@@ -301,7 +309,7 @@ export class Worker {
     if (batch.length === 0) return;
     let rows: { run_id: string; node: string; attempt: number }[];
     try {
-      ({ rows } = await this.pool.query(sql.heartbeat(this.client.q), [
+      ({ rows } = await this.controlPool.query(sql.heartbeat(this.client.q), [
         batch.map((h) => h.runId),
         batch.map((h) => h.node),
         batch.map((h) => h.attempt),
@@ -326,7 +334,7 @@ export class Worker {
     for (let i = 0; i < 10 && !this.isStopped(); i++) {
       let rows: { run_id: string; node: string; state: string; attempt: number }[];
       try {
-        ({ rows } = await this.pool.query(sql.sweep(this.client.q), [
+        ({ rows } = await this.controlPool.query(sql.sweep(this.client.q), [
           this.sweepBatchSize,
           this.client.channel,
         ]));

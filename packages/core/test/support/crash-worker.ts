@@ -1,0 +1,64 @@
+/**
+ * A child worker process of the crash tests (spawned by child.ts, never imported by tests):
+ * `node --conditions=@cyclone/source --import tsx crash-worker.ts`.
+ *
+ * Environment: DATABASE_URL (the test file's database), CRASH_VICTIM=1 to stop at the run's
+ * crash point, CRASH_LEASE_MS, CRASH_SWEEP_MS, CRASH_POLL_MS.
+ * Stdout protocol (one line each): `READY <pid> <workerId>` once the worker runs, then the
+ * handlers' lines (crash-workflows.ts), `STOPPED` after a SIGTERM-initiated graceful stop.
+ */
+import { Client, consoleLogger, Worker } from '@cyclone/core';
+import pg from 'pg';
+import { CRASH_WORKFLOWS, configureCrash } from './crash-workflows.js';
+
+const url = process.env.DATABASE_URL;
+if (!url) throw new Error('crash-worker: DATABASE_URL is not set');
+const num = (name: string, def: number) => {
+  const v = process.env[name];
+  return v ? Number(v) : def;
+};
+
+const emit = (line: string) => {
+  process.stdout.write(`${line}\n`);
+};
+
+const pool = new pg.Pool({ connectionString: url, max: 4 });
+pool.on('error', () => {});
+configureCrash({
+  pool,
+  emit,
+  victim: process.env.CRASH_VICTIM === '1',
+  allowSelfKill: true,
+});
+
+const client = new Client({ connectionString: url, poolSize: 4 });
+const worker = new Worker({
+  client,
+  workflows: [...CRASH_WORKFLOWS],
+  concurrency: 4,
+  leaseMs: num('CRASH_LEASE_MS', 1000),
+  sweepIntervalMs: num('CRASH_SWEEP_MS', 250),
+  pollIntervalMs: num('CRASH_POLL_MS', 100),
+  logger: consoleLogger('warn', { pid: process.pid }),
+});
+
+let stopping = false;
+process.on('SIGTERM', () => {
+  if (stopping) return;
+  stopping = true;
+  const force = setTimeout(() => {
+    emit('STOP_TIMEOUT');
+    process.exit(1);
+  }, 10_000);
+  void (async () => {
+    await worker.stop({ graceMs: 5_000 });
+    await client.close();
+    await pool.end();
+    clearTimeout(force);
+    emit('STOPPED');
+    process.exit(0);
+  })();
+});
+
+await worker.start();
+emit(`READY ${process.pid} ${worker.workerId}`);
