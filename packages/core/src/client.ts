@@ -38,7 +38,13 @@ export interface StepError {
   attempt: number;
   at: string;
   message: string;
-  /** `error` (thrown), `non_retryable`, `timeout`, `lease_expired`, `input_invalid`, `output_invalid`. */
+  /**
+   * Why the attempt failed: `error` (the handler threw or rejected), `non_retryable`
+   * (`NonRetryableError`), `timeout` (the action's timeout elapsed), `lease_expired` (recorded by
+   * the recovery sweep: the worker died or stalled), `input_invalid` (the mapped input failed the
+   * action's schema), `output_invalid` (the output is not storable JSON), `worker_stopped` (the
+   * worker's stop grace period ran out; retried at once, and it counts as an attempt).
+   */
   kind: string;
   stack?: string;
 }

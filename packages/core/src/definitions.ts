@@ -240,7 +240,7 @@ export function newWorkflow<RI = unknown>(name: string, spec: WorkflowSpec<RI>):
     const seen = new Set<string>();
     for (const dep of after) {
       if (dep === n) throw new WorkflowDefinitionError(name, `node '${n}' depends on itself`);
-      if (!(dep in spec.nodes)) {
+      if (!Object.hasOwn(spec.nodes, dep)) {
         throw new WorkflowDefinitionError(name, `node '${n}' depends on unknown node '${dep}'`);
       }
       if (seen.has(dep))

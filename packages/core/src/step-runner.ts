@@ -109,6 +109,13 @@ async function execute(
   let tx: pg.PoolClient | undefined;
   let txOpening: Promise<Tx> | undefined;
   let ended = false;
+  const onTxError = (err: Error) =>
+    log.warn({ err: err.message }, 'completion transaction connection lost');
+  /** Returns the transaction's connection to the pool (destroyed when `err` is given). */
+  const release = (c: pg.PoolClient, err?: unknown) => {
+    c.removeListener('error', onTxError);
+    c.release(err === undefined ? undefined : (err as Error));
+  };
   const txApi: Tx = {
     query: async (text, values) => {
       if (ended || !tx) throw new LeaseLostError(row.run_id, row.node, row.attempt);
@@ -128,10 +135,13 @@ async function execute(
       if (ended) return Promise.reject(new LeaseLostError(row.run_id, row.node, row.attempt));
       txOpening ??= (async () => {
         const c = await pool.connect();
+        // A checked-out client has no 'error' listener of the pool's: without ours, a connection
+        // that dies while the handler holds the transaction would crash the process.
+        c.on('error', onTxError);
         try {
           await c.query('BEGIN');
         } catch (err) {
-          c.release(err as Error);
+          release(c, err);
           throw err;
         }
         tx = c;
@@ -171,9 +181,9 @@ async function execute(
     tx = undefined;
     try {
       await c.query('ROLLBACK');
-      c.release();
+      release(c);
     } catch (err) {
-      c.release(err as Error);
+      release(c, err);
     }
   };
 
@@ -265,7 +275,7 @@ async function execute(
       done = r.rows[0]?.done ?? 0;
       if (done === 0) {
         await c.query('ROLLBACK');
-        c.release();
+        release(c);
         env.stats.leaseLost++;
         log.warn(
           { err: new LeaseLostError(row.run_id, row.node, row.attempt).message },
@@ -274,11 +284,11 @@ async function execute(
         return;
       }
       await c.query('COMMIT');
-      c.release();
+      release(c);
       env.stats.completed++;
       return;
     } catch (err) {
-      c.release(err as Error);
+      release(c, err);
       if (isConnectionError(err) && done === 1 && (await completedByUs(row, env))) {
         env.stats.completed++;
         return;

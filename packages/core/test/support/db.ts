@@ -11,7 +11,8 @@ export const ADMIN_URL = process.env.DATABASE_URL ?? 'postgres://root@127.0.0.1:
 /** Name of the migrated template database (set by global-setup, per test run). */
 export function templateName(): string {
   const name = process.env.CYCLONE_TEST_TEMPLATE;
-  if (!name) throw new Error('CYCLONE_TEST_TEMPLATE is not set: run tests through vitest (global-setup)');
+  if (!name)
+    throw new Error('CYCLONE_TEST_TEMPLATE is not set: run tests through vitest (global-setup)');
   return name;
 }
 
