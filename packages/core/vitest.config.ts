@@ -1,16 +1,3 @@
-import { defineProject } from 'vitest/config';
+import { cycloneProject } from '../../vitest.shared.js';
 
-export default defineProject({
-  // Run workspace packages from source (CONVENTIONS.md); vitest 4 resolves Node-side imports
-  // through the SSR settings.
-  resolve: { conditions: ['@cyclone/source'] },
-  ssr: { resolve: { conditions: ['@cyclone/source'] } },
-  test: {
-    name: 'core',
-    include: ['test/**/*.test.ts'],
-    globalSetup: ['test/support/global-setup.ts'],
-    pool: 'forks',
-    testTimeout: 60_000,
-    hookTimeout: 60_000,
-  },
-});
+export default cycloneProject('core', { testTimeout: 60_000, hookTimeout: 60_000 });

@@ -6,6 +6,7 @@ import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import type { Json, Tx, Workflow } from './definitions.js';
 import {
+  ConfigError,
   InputValidationError,
   InvalidStateError,
   NodeNotFoundError,
@@ -18,6 +19,7 @@ import {
 import { DEFAULT_MAX_PAYLOAD_BYTES, encodePayload, hashJson } from './json.js';
 import { type Logger, silentLogger } from './logger.js';
 import { migrateCore } from './migrate.js';
+import { CONNECT_TIMEOUT_MS, withConnection } from './pg-util.js';
 import { DEFAULT_SCHEMA, quoteSchema } from './schema.js';
 import * as sql from './sql.js';
 
@@ -59,6 +61,8 @@ export interface StepInfo {
   maxAttempts: number;
   /** Upstream nodes not yet completed. */
   depsRemaining: number;
+  /** The attempt the step had reached when an operator last reopened it; null if never. */
+  reopenedAfterAttempt: number | null;
   output: Json | null;
   errors: StepError[];
   scheduledAt: Date;
@@ -160,8 +164,8 @@ export class Client {
   private closed = false;
 
   /**
-   * @throws ConfigError for a bad schema name; TypeError when neither `connectionString` nor
-   *   `pool` is given.
+   * @throws ConfigError for a bad schema name, or when neither `connectionString` nor `pool` is
+   *   given.
    */
   constructor(options: ClientOptions) {
     this.schema = options.schema ?? DEFAULT_SCHEMA;
@@ -177,10 +181,14 @@ export class Client {
       this.pool = new pg.Pool({
         connectionString: options.connectionString,
         max: options.poolSize ?? 10,
+        connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
+        keepAlive: true,
       });
       this.ownsPool = true;
     } else {
-      throw new TypeError('Client needs connectionString or pool');
+      throw new ConfigError(
+        'Client needs a connectionString or a pool (is DATABASE_URL set? the embedded default is for the CLI and the demo: startEmbeddedPostgres() from @cyclone/core/embedded)',
+      );
     }
     // An idle client whose connection dies emits 'error' on the pool; unhandled, it would crash
     // the process. The next query simply gets a new connection.
@@ -414,7 +422,7 @@ export class Client {
          SET state = CASE WHEN t.deps_remaining = 0 THEN 'available' ELSE 'pending' END,
              max_attempts = CASE WHEN t.attempt >= t.max_attempts
                                  THEN t.attempt + t.max_attempts ELSE t.max_attempts END,
-             scheduled_at = now(), updated_at = now()
+             reopened_after_attempt = t.attempt, scheduled_at = now(), updated_at = now()
          WHERE t.run_id = $1 AND ($2::text IS NULL OR t.node = $2)
            AND t.state IN ('discarded', 'cancelled')
          RETURNING t.node, t.state`,
@@ -484,24 +492,27 @@ export class Client {
     ) => Promise<T>,
   ): Promise<T> {
     for (let attempt = 1; ; attempt++) {
-      const c = await this.pool.connect();
       try {
-        await c.query('BEGIN');
-        const r = await c.query(
-          `SELECT state, steps_active, workflow FROM ${this.q}.cyclone_runs WHERE id = $1 FOR UPDATE`,
-          [runId],
-        );
-        if (!r.rows[0]) throw new RunNotFoundError(runId);
-        const out = await fn(c, r.rows[0]);
-        await c.query('COMMIT');
-        return out;
+        return await withConnection(this.pool, async (c) => {
+          try {
+            await c.query('BEGIN');
+            const r = await c.query(
+              `SELECT state, steps_active, workflow FROM ${this.q}.cyclone_runs WHERE id = $1 FOR UPDATE`,
+              [runId],
+            );
+            if (!r.rows[0]) throw new RunNotFoundError(runId);
+            const out = await fn(c, r.rows[0]);
+            await c.query('COMMIT');
+            return out;
+          } catch (err) {
+            await c.query('ROLLBACK').catch(() => {});
+            throw err;
+          }
+        });
       } catch (err) {
-        await c.query('ROLLBACK').catch(() => {});
         const code = (err as { code?: string }).code;
         if ((code === '40P01' || code === '40001') && attempt < 5) continue;
         throw err;
-      } finally {
-        c.release();
       }
     }
   }
@@ -572,6 +583,7 @@ function toStep(r: any): StepInfo {
     attempt: r.attempt,
     maxAttempts: r.max_attempts,
     depsRemaining: r.deps_remaining,
+    reopenedAfterAttempt: r.reopened_after_attempt,
     output: r.output,
     errors: r.errors,
     scheduledAt: r.scheduled_at,

@@ -6,6 +6,7 @@ import type { ZodType } from 'zod';
 import type { Client, SubmitOnceResult, SubmitOptions, SubmitResult } from './client.js';
 import { WorkflowDefinitionError } from './errors.js';
 import type { Logger } from './logger.js';
+import { MAX_TIMER_MS } from './pg-util.js';
 
 /** A JSON value as stored in `jsonb`. */
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
@@ -69,7 +70,10 @@ export type Backoff = (attempt: number) => number;
 export interface ActionOptions<I> {
   /** Validates the node's (mapped) input. A failing input discards the step (non-retryable). */
   input?: ZodType<I>;
-  /** Wall-clock limit of one attempt in ms; aborts `ctx.signal` and fails the attempt. */
+  /**
+   * Wall-clock limit of one attempt in ms (at most 2³¹ − 1, Node's timer limit); aborts
+   * `ctx.signal` and fails the attempt.
+   */
   timeout?: number;
   /** Attempts before the step is discarded. Default 25. */
   maxAttempts?: number;
@@ -140,11 +144,11 @@ export function newAction<I = unknown, O = unknown>(
   }
   if (
     options.timeout !== undefined &&
-    !(Number.isInteger(options.timeout) && options.timeout > 0)
+    !(Number.isInteger(options.timeout) && options.timeout > 0 && options.timeout <= MAX_TIMER_MS)
   ) {
     throw new WorkflowDefinitionError(
       name,
-      `timeout must be a positive integer (ms), got ${options.timeout}`,
+      `timeout must be a positive integer of at most ${MAX_TIMER_MS} (ms), got ${options.timeout}`,
     );
   }
   return Object.freeze({

@@ -11,14 +11,44 @@ import { PayloadError } from './errors.js';
 /** Default limit of one stored payload (input or output): 1 MiB of JSON text, in bytes. */
 export const DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024;
 
+/** The deepest nesting of arrays and objects stored (deeper values get a `PayloadError`). */
+export const MAX_DEPTH = 512;
+
+/** A UTF-16 surrogate without its pair: valid in a JS string, refused by PostgreSQL's jsonb. */
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
+function checkString(s: string, path: string): void {
+  if (s.includes('\u0000')) {
+    throw new PayloadError('a NUL character (U+0000) cannot be stored in PostgreSQL jsonb', path);
+  }
+  if (LONE_SURROGATE.test(s)) {
+    throw new PayloadError(
+      'a lone UTF-16 surrogate (half of a character pair) cannot be stored in PostgreSQL jsonb',
+      path,
+    );
+  }
+}
+
+/**
+ * Text made safe to store in jsonb (error messages, stacks): at most `maxChars` UTF-16 units,
+ * NUL written as the six characters `\u0000`, and lone surrogates (also those made by cutting a
+ * pair in two) replaced by U+FFFD.
+ */
+export function storableText(s: string, maxChars: number): string {
+  return s
+    .replaceAll('\u0000', '\\u0000')
+    .slice(0, maxChars)
+    .replace(new RegExp(LONE_SURROGATE.source, 'g'), '\uFFFD');
+}
+
 /**
  * Converts `value` to plain JSON data, checking every part.
- * Accepted: null, booleans, finite numbers, strings without NUL (PostgreSQL's jsonb cannot hold
- * U+0000), arrays, plain objects, and objects with `toJSON` (Date). Object properties that are
- * `undefined` are dropped, as JSON does.
+ * Accepted: null, booleans, finite numbers, strings without NUL or lone surrogates (PostgreSQL's
+ * jsonb refuses both), arrays, plain objects, and objects with `toJSON` (Date). Object
+ * properties that are `undefined` are dropped, as JSON does; a `__proto__` key is kept.
  * @throws PayloadError for undefined at the root or in an array, functions, symbols, BigInt,
- *   NaN/±Infinity, NUL characters, cycles, and objects that are not plain (Map, Set, class
- *   instances without toJSON).
+ *   NaN/±Infinity, NUL characters, lone surrogates, cycles, nesting deeper than `MAX_DEPTH`,
+ *   and objects that are not plain (Map, Set, class instances without toJSON).
  */
 export function toJson(value: unknown, path = '$', seen: Set<object> = new Set()): Json {
   if (value === null) return null;
@@ -30,12 +60,7 @@ export function toJson(value: unknown, path = '$', seen: Set<object> = new Set()
         throw new PayloadError(`${value} is not representable in JSON`, path);
       return value;
     case 'string':
-      if (value.includes('\u0000')) {
-        throw new PayloadError(
-          'a NUL character (U+0000) cannot be stored in PostgreSQL jsonb',
-          path,
-        );
-      }
+      checkString(value, path);
       return value;
     case 'undefined':
       throw new PayloadError('undefined is not JSON', path);
@@ -47,6 +72,9 @@ export function toJson(value: unknown, path = '$', seen: Set<object> = new Set()
   }
   const obj = value as object;
   if (seen.has(obj)) throw new PayloadError('a circular reference is not JSON', path);
+  if (seen.size >= MAX_DEPTH) {
+    throw new PayloadError(`nesting deeper than ${MAX_DEPTH} levels is not stored`, path);
+  }
   if (typeof (obj as { toJSON?: unknown }).toJSON === 'function') {
     return toJson((obj as { toJSON: () => unknown }).toJSON(), path, seen);
   }
@@ -60,15 +88,12 @@ export function toJson(value: unknown, path = '$', seen: Set<object> = new Set()
         path,
       );
     }
-    const out: { [k: string]: Json } = {};
+    // No prototype: a key named `__proto__` (common in parsed webhook bodies) stays an own
+    // property instead of meeting Object.prototype's setter and vanishing.
+    const out: { [k: string]: Json } = Object.create(null);
     for (const [k, v] of Object.entries(obj)) {
       if (v === undefined) continue;
-      if (k.includes('\u0000')) {
-        throw new PayloadError(
-          'a NUL character (U+0000) cannot be stored in PostgreSQL jsonb',
-          path,
-        );
-      }
+      checkString(k, path);
       out[k] = toJson(v, `${path}.${k}`, seen);
     }
     return out;

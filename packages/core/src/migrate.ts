@@ -5,6 +5,7 @@
  */
 import type pg from 'pg';
 import { migrations as coreMigrations } from './migrations.generated.js';
+import { withConnection } from './pg-util.js';
 import { quoteSchema } from './schema.js';
 
 /** One migration: a name that sorts in apply order and its SQL, with `{{schema}}` placeholders. */
@@ -28,43 +29,42 @@ export async function applyMigrations(
   migrations: readonly Migration[],
 ): Promise<string[]> {
   const q = quoteSchema(schema);
-  const client = await pool.connect();
-  try {
-    await client.query('BEGIN');
-    await client.query('SELECT pg_advisory_xact_lock(hashtextextended($1, 0))', [
-      `cyclone:migrate:${schema}`,
-    ]);
-    await client.query(`CREATE SCHEMA IF NOT EXISTS ${q}`);
-    await client.query(
-      `CREATE TABLE IF NOT EXISTS ${q}.cyclone_migrations (
-         component  text        NOT NULL,
-         name       text        NOT NULL,
-         applied_at timestamptz NOT NULL DEFAULT now(),
-         PRIMARY KEY (component, name))`,
-    );
-    const { rows } = await client.query<{ name: string }>(
-      `SELECT name FROM ${q}.cyclone_migrations WHERE component = $1`,
-      [component],
-    );
-    const done = new Set(rows.map((r) => r.name));
-    const applied: string[] = [];
-    for (const m of [...migrations].sort((a, b) => a.name.localeCompare(b.name))) {
-      if (done.has(m.name)) continue;
-      await client.query(m.sql.replaceAll('{{schema}}', q));
-      await client.query(`INSERT INTO ${q}.cyclone_migrations (component, name) VALUES ($1, $2)`, [
-        component,
-        m.name,
+  return withConnection(pool, async (client) => {
+    try {
+      await client.query('BEGIN');
+      await client.query('SELECT pg_advisory_xact_lock(hashtextextended($1, 0))', [
+        `cyclone:migrate:${schema}`,
       ]);
-      applied.push(m.name);
+      await client.query(`CREATE SCHEMA IF NOT EXISTS ${q}`);
+      await client.query(
+        `CREATE TABLE IF NOT EXISTS ${q}.cyclone_migrations (
+           component  text        NOT NULL,
+           name       text        NOT NULL,
+           applied_at timestamptz NOT NULL DEFAULT now(),
+           PRIMARY KEY (component, name))`,
+      );
+      const { rows } = await client.query<{ name: string }>(
+        `SELECT name FROM ${q}.cyclone_migrations WHERE component = $1`,
+        [component],
+      );
+      const done = new Set(rows.map((r) => r.name));
+      const applied: string[] = [];
+      for (const m of [...migrations].sort((a, b) => a.name.localeCompare(b.name))) {
+        if (done.has(m.name)) continue;
+        await client.query(m.sql.replaceAll('{{schema}}', q));
+        await client.query(
+          `INSERT INTO ${q}.cyclone_migrations (component, name) VALUES ($1, $2)`,
+          [component, m.name],
+        );
+        applied.push(m.name);
+      }
+      await client.query('COMMIT');
+      return applied;
+    } catch (err) {
+      await client.query('ROLLBACK').catch(() => {});
+      throw err;
     }
-    await client.query('COMMIT');
-    return applied;
-  } catch (err) {
-    await client.query('ROLLBACK').catch(() => {});
-    throw err;
-  } finally {
-    client.release();
-  }
+  });
 }
 
 /** Applies the core migrations (component `core`). See `applyMigrations`. */

@@ -1,4 +1,10 @@
-/** Small helpers around pg errors and waiting. */
+/** Small helpers around pg connections, errors and waiting. */
+
+/** How long opening a connection may take before it counts as failed (ms). */
+export const CONNECT_TIMEOUT_MS = 10_000;
+
+/** The longest delay Node's timers take (2³¹ − 1 ms, about 24.8 days); longer ones fire at once. */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /** Resolves after `ms` milliseconds. */
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
@@ -20,4 +26,32 @@ export function isConnectionError(err: unknown): boolean {
   return /connection terminated|connection (is )?closed|not queryable|timeout exceeded when trying to connect/i.test(
     msg,
   );
+}
+
+/**
+ * Runs `fn` with a connection checked out of `pool`. While checked out, the connection has an
+ * 'error' listener of ours (pg emits 'error' on a checked-out client whose connection dies; with
+ * no listener that crashes the process), and it is destroyed rather than reused when `fn` failed
+ * on a connection error.
+ */
+export async function withConnection<T>(
+  pool: import('pg').Pool,
+  fn: (c: import('pg').PoolClient) => Promise<T>,
+): Promise<T> {
+  const c = await pool.connect();
+  let lost: Error | undefined;
+  const onError = (err: Error) => {
+    lost = err;
+  };
+  c.on('error', onError);
+  let failed: unknown;
+  try {
+    return await fn(c);
+  } catch (err) {
+    failed = err;
+    throw err;
+  } finally {
+    c.removeListener('error', onError);
+    c.release(lost ?? (isConnectionError(failed) ? (failed as Error) : undefined));
+  }
 }

@@ -7,18 +7,19 @@ import { ConfigError } from './errors.js';
 /** Default schema of Cyclone's tables. */
 export const DEFAULT_SCHEMA = 'cyclone';
 
-/** A schema name: lower-case letter or `_`, then lower-case letters, digits or `_`; ≤ 63 bytes. */
-const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
+/** A schema name: lower-case letter or `_`, then lower-case letters, digits or `_`; ≤ 55 bytes, so
+ * that the NOTIFY channel `cyclone_<schema>` stays within PostgreSQL's 63-byte identifiers. */
+const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,54}$/;
 
 /**
  * Validates a schema name and returns it double-quoted for SQL.
- * @throws ConfigError when `name` is not a plain lower-case identifier of at most 63 characters
- *   (PostgreSQL's NAMEDATALEN - 1).
+ * @throws ConfigError when `name` is not a plain lower-case identifier of at most 55 characters
+ *   (63 bytes, PostgreSQL's identifier limit, less the channel prefix `cyclone_`).
  */
 export function quoteSchema(name: string): string {
   if (typeof name !== 'string' || !SCHEMA_NAME.test(name)) {
     throw new ConfigError(
-      `schema name ${JSON.stringify(name)} is not a plain identifier (lower-case letter or _, then lower-case letters, digits or _, at most 63 characters)`,
+      `schema name ${JSON.stringify(name)} is not a plain identifier (lower-case letter or _, then lower-case letters, digits or _, at most 55 characters)`,
     );
   }
   return `"${name}"`;

@@ -45,7 +45,9 @@ export const findByKey = (s: string) =>
   `SELECT id, input_hash FROM ${s}.cyclone_runs WHERE workflow = $1 AND submit_key = $2`;
 
 /**
- * Claims up to $2 claimable steps of the workflows $1 for worker $3 with a lease of $4 ms.
+ * Claims up to $2 claimable steps of the workflows $1 for worker $3 with a lease of $4 ms, only
+ * of the nodes $5 (`workflow/node`) the worker knows: during a rolling deploy an older worker
+ * leaves a node that only the new version has to the new workers.
  * The candidates are locked in a MATERIALIZED CTE first (`FOR UPDATE SKIP LOCKED`), then the
  * UPDATE joins to them, so LIMIT really limits (ARCHITECTURE.md § Pitfalls). The attempt it sets
  * is the claim's fencing token. Returns the run input and the outputs of completed ancestors.
@@ -54,6 +56,7 @@ export const claim = (s: string) => `
 WITH c AS MATERIALIZED (
   SELECT run_id, node FROM ${s}.cyclone_steps
   WHERE state IN ('available', 'retryable') AND workflow = ANY($1::text[]) AND scheduled_at <= now()
+    AND workflow || '/' || node = ANY($5::text[])
   ORDER BY scheduled_at
   LIMIT $2
   FOR UPDATE SKIP LOCKED
@@ -119,12 +122,16 @@ FROM n`;
  * when $6 (non-retryable) or `attempt >= max_attempts`. A discard moves the run's counters and
  * fails the run when nothing is left that can progress.
  * $1 run_id, $2 node, $3 attempt, $4 error entry jsonb, $5 delay ms, $6 non-retryable,
- * $7 channel, $8 workflow. Returns no row when the fence did not match.
+ * $7 channel, $8 workflow, $9 attempts given back (1 when the attempt was cut short by a
+ * worker's stop, so a routine deploy never uses up a step's budget; else 0). Returns no row
+ * when the fence did not match.
  */
 export const fail = (s: string) => `
 WITH f AS (
   UPDATE ${s}.cyclone_steps
-  SET state = CASE WHEN $6::boolean OR attempt >= max_attempts THEN 'discarded' ELSE 'retryable' END,
+  SET state = CASE WHEN $6::boolean OR attempt >= max_attempts + $9::int THEN 'discarded'
+                   ELSE 'retryable' END,
+      max_attempts = max_attempts + $9::int,
       scheduled_at = now() + make_interval(secs => $5::double precision / 1000),
       errors = errors || jsonb_build_array($4::jsonb),
       lease_owner = NULL, lease_expires_at = NULL, updated_at = now()

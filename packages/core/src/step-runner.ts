@@ -15,7 +15,7 @@ import {
   PayloadError,
   StepTimeoutError,
 } from './errors.js';
-import { encodePayload } from './json.js';
+import { encodePayload, storableText } from './json.js';
 import type { Logger } from './logger.js';
 import { isConnectionError, sleep } from './pg-util.js';
 import * as sql from './sql.js';
@@ -54,12 +54,20 @@ interface Env {
   workflow: Workflow<unknown>;
   log: Logger;
   stats: WorkerStats;
+  /** The worker's pool for control statements (claims, heartbeats); never held by handlers. */
+  controlPool: pg.Pool;
   /** How long (ms) to keep retrying a write whose connection failed. */
   retryDeadlineMs: number;
   stopping(): boolean;
 }
 
-type Failure = { kind: string; error: unknown; nonRetryable: boolean };
+type Failure = {
+  kind: string;
+  error: unknown;
+  nonRetryable: boolean;
+  /** The attempt was cut short by the worker's stop: give it back (see sql.fail). */
+  refundAttempt?: boolean;
+};
 
 /** Starts running one claimed step; see `StepHandle`. */
 export function runStep(row: ClaimedRow, env: Env): StepHandle {
@@ -109,6 +117,8 @@ async function execute(
   let tx: pg.PoolClient | undefined;
   let txOpening: Promise<Tx> | undefined;
   let ended = false;
+  /** Handler queries on the transaction still running. */
+  let txBusy = 0;
   const onTxError = (err: Error) =>
     log.warn({ err: err.message }, 'completion transaction connection lost');
   /** Returns the transaction's connection to the pool (destroyed when `err` is given). */
@@ -119,7 +129,12 @@ async function execute(
   const txApi: Tx = {
     query: async (text, values) => {
       if (ended || !tx) throw new LeaseLostError(row.run_id, row.node, row.attempt);
-      return tx.query(text, values) as never;
+      txBusy++;
+      try {
+        return (await tx.query(text, values)) as never;
+      } finally {
+        txBusy--;
+      }
     },
   };
   const ctx: Context = {
@@ -158,7 +173,10 @@ async function execute(
       return row.upstream[name] as T;
     },
     async assertLease() {
-      const { rows } = await pool.query(
+      // On the open transaction if there is one, else on the control pool: never wait for a
+      // step-pool connection that handlers holding transactions may all have taken.
+      const db: Tx = tx && !ended ? txApi : env.controlPool;
+      const { rows } = await db.query(
         `SELECT 1 FROM ${client.q}.cyclone_steps
          WHERE run_id = $1 AND node = $2 AND attempt = $3 AND state = 'running'`,
         [row.run_id, row.node, row.attempt],
@@ -179,6 +197,16 @@ async function execute(
     if (!opened || !tx) return;
     const c = tx;
     tx = undefined;
+    if (txBusy > 0) {
+      // A handler query is still running (a lock wait, a slow statement): a ROLLBACK would queue
+      // behind it. Cancel it and drop the connection; the server rolls the transaction back.
+      const pid = (c as unknown as { processID?: number }).processID;
+      if (pid) {
+        await env.controlPool.query('SELECT pg_cancel_backend($1)', [pid]).catch(() => {});
+      }
+      release(c, new Error('the attempt ended while a completionTx query was running'));
+      return;
+    }
     try {
       await c.query('ROLLBACK');
       release(c);
@@ -224,7 +252,13 @@ async function execute(
       return;
     }
     if (outcome.aborted && !(error instanceof StepTimeoutError)) {
-      await recordFailure(row, env, log, { kind: 'worker_stopped', nonRetryable: false, error }, 0);
+      await recordFailure(
+        row,
+        env,
+        log,
+        { kind: 'worker_stopped', nonRetryable: false, error, refundAttempt: true },
+        0,
+      );
       return;
     }
     await recordFailure(row, env, log, {
@@ -315,10 +349,21 @@ async function execute(
       );
     }
   } catch (err) {
-    log.error(
-      { err: String(err) },
-      'could not record completion; the lease will expire and the step run again',
-    );
+    const code = (err as { code?: unknown }).code;
+    if (isConnectionError(err) || code === '40P01' || code === '40001') {
+      log.error(
+        { err: String(err) },
+        'could not record completion; the lease will expire and the step run again',
+      );
+      return;
+    }
+    // The database refused the completion itself: record it as a failed attempt (with the
+    // backoff) instead of leaving the step to the sweep with its cause lost.
+    await recordFailure(row, env, log, {
+      kind: 'error',
+      nonRetryable: false,
+      error: new Error(`the completion could not be stored: ${describe(err)}`),
+    });
   }
 }
 
@@ -379,21 +424,12 @@ async function recordFailure(
     attempt: row.attempt,
     at: new Date().toISOString(),
     kind: failure.kind,
-    message: describe(failure.error).slice(0, MAX_ERROR_MESSAGE_CHARS),
+    message: storableText(describe(failure.error), MAX_ERROR_MESSAGE_CHARS),
     ...(failure.error instanceof Error && failure.error.stack
-      ? { stack: failure.error.stack.slice(0, MAX_ERROR_STACK_CHARS) }
+      ? { stack: storableText(failure.error.stack, MAX_ERROR_STACK_CHARS) }
       : {}),
   };
-  let entryText: string;
-  try {
-    entryText = encodePayload(entry, 64 * 1024, 'error entry').text;
-  } catch {
-    entryText = JSON.stringify({
-      ...entry,
-      message: entry.message.replaceAll('\u0000', '\\u0000'),
-      stack: undefined,
-    });
-  }
+  const entryText = JSON.stringify(entry);
   try {
     const rows = await withRetry(env, log, async () => {
       const r = await env.pool.query<{ step_state: string; run_state: string | null }>(
@@ -407,6 +443,7 @@ async function recordFailure(
           failure.nonRetryable,
           env.client.channel,
           row.workflow,
+          failure.refundAttempt ? 1 : 0,
         ],
       );
       return r.rows;

@@ -12,7 +12,7 @@ import type { Client } from './client.js';
 import type { Workflow } from './definitions.js';
 import { ConfigError } from './errors.js';
 import type { Logger } from './logger.js';
-import { isConnectionError, sleep } from './pg-util.js';
+import { CONNECT_TIMEOUT_MS, isConnectionError, MAX_TIMER_MS, sleep } from './pg-util.js';
 import * as sql from './sql.js';
 import { type ClaimedRow, runStep, type StepHandle } from './step-runner.js';
 
@@ -94,6 +94,8 @@ export class Worker {
   private loopDone: Promise<void> | undefined;
   private timers: { t?: NodeJS.Timeout }[] = [];
   private listener: pg.Client | undefined;
+  /** `workflow/node` of every node this worker can run: it claims only those. */
+  private readonly nodeKeys: string[];
 
   /** @throws ConfigError on a bad option or two workflows with one name. */
   constructor(options: WorkerOptions) {
@@ -105,10 +107,16 @@ export class Worker {
       this.workflows.set(wf.name, wf);
     }
     if (this.workflows.size === 0) throw new ConfigError('a Worker needs at least one workflow');
+    this.nodeKeys = [...this.workflows.values()].flatMap((wf) =>
+      wf.nodes.map((n) => `${wf.name}/${n.name}`),
+    );
     const positive = (name: string, v: number | undefined, def: number) => {
       const x = v ?? def;
-      if (!Number.isFinite(x) || x <= 0)
-        throw new ConfigError(`${name} must be a positive number, got ${v}`);
+      if (!Number.isFinite(x) || x <= 0 || x > MAX_TIMER_MS) {
+        throw new ConfigError(
+          `${name} must be a positive number of at most ${MAX_TIMER_MS}, got ${v}`,
+        );
+      }
       return x;
     };
     this.concurrency = Math.trunc(positive('concurrency', options.concurrency, 10));
@@ -130,7 +138,12 @@ export class Worker {
     this.log = (options.logger ?? this.client.logger).child({ workerId: this.workerId });
     if (this.client.connectionString) {
       const make = (max: number) => {
-        const p = new pg.Pool({ connectionString: this.client.connectionString, max });
+        const p = new pg.Pool({
+          connectionString: this.client.connectionString,
+          max,
+          connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
+          keepAlive: true,
+        });
         p.on('error', (err) => this.log.warn({ err: err.message }, 'idle connection lost'));
         return p;
       };
@@ -181,17 +194,19 @@ export class Worker {
     }
     this.state = 'stopping';
     this.wake();
-    await this.loopDone;
+    const graceMs = options.graceMs ?? 30_000;
+    const stopDeadline = Date.now() + graceMs;
+    // The loop ends after its current claim; bounded by the grace period if the claim hangs.
+    await Promise.race([this.loopDone, sleep(graceMs)]);
     const listener = this.listener;
     this.listener = undefined;
     await listener?.end().catch(() => {});
-    const graceMs = options.graceMs ?? 30_000;
     const drained = Promise.all([...this.inflight.values()].map((h) => h.done));
     let graceTimer: NodeJS.Timeout | undefined;
     const timedOut = await Promise.race([
       drained.then(() => false),
       new Promise<boolean>((r) => {
-        graceTimer = setTimeout(() => r(true), graceMs);
+        graceTimer = setTimeout(() => r(true), Math.max(0, stopDeadline - Date.now()));
       }),
     ]);
     clearTimeout(graceTimer);
@@ -206,7 +221,12 @@ export class Worker {
     for (const h of this.timers) clearTimeout(h.t);
     this.timers = [];
     this.state = 'stopped';
-    if (this.ownsPool) await Promise.all([this.pool.end(), this.controlPool.end()]);
+    if (this.ownsPool) {
+      // A statement still blocked (say, behind an operator's lock) keeps its connection; the pool
+      // closes it when the statement returns, and stop() does not wait past its deadline for it.
+      const ended = Promise.all([this.pool.end(), this.controlPool.end()]);
+      await Promise.race([ended, sleep(Math.max(1_000, stopDeadline - Date.now()))]);
+    }
     this.log.info({ ...this.stats }, 'worker stopped');
   }
 
@@ -238,13 +258,13 @@ export class Worker {
       return Promise.resolve();
     }
     return new Promise((resolve) => {
-      const t = setTimeout(done, ms);
-      function done() {
+      const done = () => {
         clearTimeout(t);
-        resolve();
-      }
-      this.wakeResolve = () => {
         this.wakeResolve = undefined;
+        resolve();
+      };
+      const t = setTimeout(done, ms);
+      this.wakeResolve = () => {
         this.wakePending = false;
         done();
       };
@@ -281,10 +301,13 @@ export class Worker {
       limit,
       this.workerId,
       this.leaseMs,
+      this.nodeKeys,
     ]);
     for (const row of rows) {
       this.stats.claimed++;
-      const key = `${row.run_id}\u0000${row.node}`;
+      // Keyed by attempt too: this worker may re-claim a node whose older attempt (its lease
+      // lost) is still settling here, and the two must not evict each other.
+      const key = `${row.run_id}\u0000${row.node}\u0000${row.attempt}`;
       const handle = runStep(row, {
         client: this.client,
         pool: this.pool,
@@ -293,10 +316,11 @@ export class Worker {
         stats: this.stats,
         retryDeadlineMs: this.leaseMs,
         stopping: () => this.state !== 'running',
+        controlPool: this.controlPool,
       });
       this.inflight.set(key, handle);
       handle.done.finally(() => {
-        this.inflight.delete(key);
+        if (this.inflight.get(key) === handle) this.inflight.delete(key);
         this.wake();
       });
     }
@@ -356,11 +380,13 @@ export class Worker {
   private async connectListener(): Promise<void> {
     if (this.state !== 'running') return;
     // A dedicated connection (LISTEN needs one); with a caller-given pool, its settings.
-    const c = new pg.Client(
-      this.client.connectionString
+    const c = new pg.Client({
+      ...(this.client.connectionString
         ? { connectionString: this.client.connectionString }
-        : (this.client.pool as unknown as { options: pg.ClientConfig }).options,
-    );
+        : (this.client.pool as unknown as { options: pg.ClientConfig }).options),
+      connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
+      keepAlive: true,
+    });
     c.on('notification', (msg) => {
       if (!msg.payload || this.workflows.has(msg.payload)) this.wake();
     });

@@ -15,6 +15,7 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { resolveDatabaseUrl } from '../src/embedded.js';
+import { migrations } from '../src/migrations.generated.js';
 
 const SRC = resolve(dirname(fileURLToPath(import.meta.url)), '../src');
 const TSX = pathToFileURL(
@@ -100,7 +101,7 @@ describe('embedded PostgreSQL', () => {
     expect(r.stderr).toMatch(
       /^cyclone: no DATABASE_URL; using embedded PostgreSQL at \.cyclone\/pg on port \d+$/m,
     );
-    expect(r.stdout).toBe('migrated schema cyclone: 000001_init\n');
+    expect(r.stdout).toBe(`migrated schema cyclone: ${migrations.map((m) => m.name).join(', ')}\n`);
     expect(r.code).toBe(0);
     expect(existsSync(join(cwd, '.cyclone/pg/PG_VERSION'))).toBe(true);
     expect(existsSync(join(cwd, '.cyclone/pg/postmaster.pid'))).toBe(false);

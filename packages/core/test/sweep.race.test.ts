@@ -164,6 +164,7 @@ describe('recovery sweep races', () => {
             false,
             CHANNEL,
             'sw',
+            0,
           ]);
           r.won = res.rows.length === 1;
         }
@@ -219,7 +220,7 @@ describe('recovery sweep races', () => {
           while (!opsDone) {
             const { rows } = await claimer.query<{ run_id: string; node: string; attempt: number }>(
               sql.claim(Q),
-              [['sw'], 5, 'new-worker', 3_600_000],
+              [['sw'], 5, 'new-worker', 3_600_000, ['sw/x', 'sw/y', 'sw/w', 'sw/z']],
             );
             for (const r of rows)
               claimed.push({ runId: r.run_id, node: r.node, attempt: r.attempt });

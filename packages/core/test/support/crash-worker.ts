@@ -8,25 +8,17 @@
  * handlers' lines (crash-workflows.ts), `STOPPED` after a SIGTERM-initiated graceful stop.
  */
 import { Client, consoleLogger, Worker } from '@cyclone/core';
+import { announceReady, emitLine, envNumber, requireEnv } from '@cyclone/testkit';
 import pg from 'pg';
 import { CRASH_WORKFLOWS, configureCrash } from './crash-workflows.js';
 
-const url = process.env.DATABASE_URL;
-if (!url) throw new Error('crash-worker: DATABASE_URL is not set');
-const num = (name: string, def: number) => {
-  const v = process.env[name];
-  return v ? Number(v) : def;
-};
-
-const emit = (line: string) => {
-  process.stdout.write(`${line}\n`);
-};
+const url = requireEnv('DATABASE_URL');
 
 const pool = new pg.Pool({ connectionString: url, max: 4 });
 pool.on('error', () => {});
 configureCrash({
   pool,
-  emit,
+  emit: emitLine,
   victim: process.env.CRASH_VICTIM === '1',
   allowSelfKill: true,
 });
@@ -36,9 +28,9 @@ const worker = new Worker({
   client,
   workflows: [...CRASH_WORKFLOWS],
   concurrency: 4,
-  leaseMs: num('CRASH_LEASE_MS', 1000),
-  sweepIntervalMs: num('CRASH_SWEEP_MS', 250),
-  pollIntervalMs: num('CRASH_POLL_MS', 100),
+  leaseMs: envNumber('CRASH_LEASE_MS', 1000),
+  sweepIntervalMs: envNumber('CRASH_SWEEP_MS', 250),
+  pollIntervalMs: envNumber('CRASH_POLL_MS', 100),
   logger: consoleLogger('warn', { pid: process.pid }),
 });
 
@@ -47,7 +39,7 @@ process.on('SIGTERM', () => {
   if (stopping) return;
   stopping = true;
   const force = setTimeout(() => {
-    emit('STOP_TIMEOUT');
+    emitLine('STOP_TIMEOUT');
     process.exit(1);
   }, 10_000);
   void (async () => {
@@ -55,10 +47,10 @@ process.on('SIGTERM', () => {
     await client.close();
     await pool.end();
     clearTimeout(force);
-    emit('STOPPED');
+    emitLine('STOPPED');
     process.exit(0);
   })();
 });
 
 await worker.start();
-emit(`READY ${process.pid} ${worker.workerId}`);
+announceReady(worker.workerId);

@@ -1,0 +1,86 @@
+/**
+ * The README's API tour as a program: `pnpm --filter @cyclone/example-quickstart tour`.
+ * Uses DATABASE_URL, or else the embedded PostgreSQL under .cyclone/. Keep it in step with the
+ * README's "A tour of the API" (the typecheck compiles this file).
+ */
+import { Client, NonRetryableError, newAction, newWorkflow, Worker } from '@cyclone/core';
+import { resolveDatabaseUrl } from '@cyclone/core/embedded';
+import { z } from 'zod';
+
+// An action: a named handler. `input` validates what it receives.
+const Charge = newAction(
+  'charge',
+  async (ctx, input: { amount: number }) => {
+    if (input.amount > 10_000) throw new NonRetryableError('amount over the limit'); // discarded at once
+    // Exactly once: this row commits with the step's completion, or not at all.
+    const tx = await ctx.completionTx();
+    await tx.query('INSERT INTO tour_payments (run_id, node, amount) VALUES ($1, $2, $3)', [
+      ctx.runId,
+      ctx.node,
+      input.amount,
+    ]);
+    return { charged: input.amount }; // stored as the step's output
+  },
+  { input: z.object({ amount: z.number().int().positive() }), timeout: 30_000, maxAttempts: 10 },
+);
+
+// Outside Postgres, `${runId}:${node}` is the idempotency key: stable across every retry.
+const SendReceipt = newAction('send-receipt', async (ctx, input: { to: string }) => {
+  ctx.log.info({ to: input.to, key: `${ctx.runId}:${ctx.node}` }, 'receipt sent');
+  return { sent: true };
+});
+const Invoice = newAction('invoice', async (ctx) => ({
+  invoiced: ctx.upstream<{ charged: number }>('charge').charged,
+}));
+const Fulfil = newAction('fulfil', async () => ({ shipped: true }));
+
+// A workflow: a DAG. `after` names upstream nodes; `input` maps the run's input (and upstream
+// outputs) to the action's input. Cycles, unknown or duplicate nodes fail here, at definition.
+const Checkout = newWorkflow('checkout', {
+  input: z.object({ orderId: z.string(), amount: z.number().int(), email: z.string() }),
+  nodes: {
+    charge: { action: Charge, input: (run) => ({ amount: run.amount }) },
+    receipt: { action: SendReceipt, after: ['charge'], input: (run) => ({ to: run.email }) }, // fan-out …
+    invoice: { action: Invoice, after: ['charge'] },
+    fulfil: { action: Fulfil, after: ['receipt', 'invoice'] }, // … and fan-in
+  },
+});
+
+const { connectionString, stop } = await resolveDatabaseUrl();
+const client = new Client({ connectionString });
+await client.migrate(); // or `cyclone migrate`
+await client.pool.query(
+  'CREATE TABLE IF NOT EXISTS tour_payments (run_id uuid, node text, amount int, PRIMARY KEY (run_id, node))',
+);
+
+const worker = new Worker({ client, workflows: [Checkout], concurrency: 10, leaseMs: 30_000 });
+await worker.start();
+
+const order = { orderId: `o-${Date.now()}`, amount: 1999, email: 'a@example.com' };
+const { runId } = await client.submit(Checkout, order); // always a new run
+// At most one run per (workflow, key); the same key with another input is an error.
+const once = await client.submitOnce(Checkout, `order-${order.orderId}`, order);
+const again = await client.submitOnce(Checkout, `order-${order.orderId}`, order);
+console.log('submitOnce:', once.created, again.created, once.runId === again.runId); // true false true
+
+// Transactional enqueue: the run exists only if your transaction commits.
+const pg = await client.pool.connect();
+await pg.query('BEGIN');
+await client.submit(Checkout, { ...order, orderId: `${order.orderId}-tx` }, { tx: pg });
+await pg.query('COMMIT');
+pg.release();
+
+const run = await client.waitForRun(runId); // or client.getRun(runId): state, steps, errors
+console.log(run.state, run.steps.map((s) => `${s.node}:${s.state}`).join(' '));
+
+// A charge over the limit is discarded; downstream nodes wait; the run fails.
+const big = await client.submit(Checkout, { ...order, amount: 20_000 });
+console.log('over the limit:', (await client.waitForRun(big.runId)).state); // failed
+await client.retry(big.runId, 'charge'); // reopen the discarded node in place; attempts keep counting
+await client.cancel(big.runId); // (it would fail again: cancel it)
+await client.retryAll(big.runId); // every discarded or cancelled node of the run
+await client.cancel(big.runId);
+
+await worker.stop(); // stops claiming, lets in-flight handlers finish (bounded)
+await client.close();
+await stop();
