@@ -3,6 +3,7 @@
  * bad schema names and options, and the database connection killed while runs are in flight.
  */
 import { randomUUID } from 'node:crypto';
+import { ADMIN_URL, deferred, mapLimit, waitFor } from '@cyclone/testkit';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
@@ -16,8 +17,7 @@ import {
   RunNotFoundError,
   Worker,
 } from '../src/index.js';
-import { ADMIN_URL, createTestDb, type TestDb } from './support/db.js';
-import { deferred, mapLimit, waitFor } from './support/wait.js';
+import { createTestDb, type TestDb } from './support/db.js';
 
 const noop = newAction('noop', async () => null);
 const Simple = newWorkflow('simple', {

@@ -8,6 +8,7 @@ import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { count } from '@cyclone/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { main } from '../src/cli.js';
 import { Client } from '../src/client.js';
@@ -16,7 +17,6 @@ import { NonRetryableError } from '../src/errors.js';
 import { migrations } from '../src/migrations.generated.js';
 import { Worker } from '../src/worker.js';
 import { createTestDb, type TestDb } from './support/db.js';
-import { count } from './support/wait.js';
 
 const PACKAGE_DIR = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 

@@ -3,10 +3,11 @@
  * by another worker cannot complete it; its completionTx writes roll back, so the business
  * table (deliberately WITHOUT a unique constraint) holds exactly one row per (run, node).
  */
+import { type Deferred, deferred, waitFor } from '@cyclone/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, newAction, newWorkflow, Worker } from '../src/index.js';
 import { createTestDb, type TestDb } from './support/db.js';
-import { captureLogger, type Deferred, deferred, waitFor } from './support/wait.js';
+import { captureLogger } from './support/logger.js';
 
 describe('completion fencing', () => {
   let db: TestDb;

@@ -7,9 +7,10 @@
  * `effects_keyed`, deduplicated by the `(runId, node)` key) in tables of the test database.
  */
 import { rmSync, writeFileSync } from 'node:fs';
+import { type ChildWorker, killAllChildren } from '@cyclone/testkit';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Client } from '../src/index.js';
-import { type ChildWorker, killAllChildren, spawnCrashWorker } from './support/child.js';
+import { spawnCrashWorker } from './support/child.js';
 import {
   dbNow,
   invocations,

@@ -3,9 +3,10 @@
  * keep being restarted (as a supervisor would); the recovery sweep must discard the step once
  * its attempts are exhausted, so it cannot loop forever (ARCHITECTURE.md § The step lifecycle, 6).
  */
+import { type ChildWorker, killAllChildren } from '@cyclone/testkit';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Client } from '../src/index.js';
-import { type ChildWorker, killAllChildren, spawnCrashWorker } from './support/child.js';
+import { spawnCrashWorker } from './support/child.js';
 import { invocations, runState, stepRow, waitFor } from './support/crash-helpers.js';
 import {
   CRASH_TABLES,

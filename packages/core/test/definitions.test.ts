@@ -2,6 +2,7 @@
  * DAG semantics: fan-out and fan-in on a real database (a join runs only after all of its
  * upstreams, and sees their outputs), and definition errors thrown at definition time.
  */
+import { deferred, waitFor } from '@cyclone/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import {
@@ -14,7 +15,6 @@ import {
   WorkflowDefinitionError,
 } from '../src/index.js';
 import { createTestDb, type TestDb } from './support/db.js';
-import { deferred, waitFor } from './support/wait.js';
 
 const noop = newAction('noop', async () => ({ ok: true }));
 

@@ -4,6 +4,7 @@
  * NonRetryableError discard the step; a run with nothing left that can progress fails while its
  * downstream stays pending; a completionTx is rolled back when the handler throws.
  */
+import { deferred, waitFor } from '@cyclone/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   Client,
@@ -15,7 +16,6 @@ import {
   Worker,
 } from '../src/index.js';
 import { createTestDb, type TestDb } from './support/db.js';
-import { deferred, waitFor } from './support/wait.js';
 
 const calls = new Map<string, number>();
 const called = (ctx: { runId: string; node: string }) => {

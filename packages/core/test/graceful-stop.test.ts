@@ -3,10 +3,10 @@
  * grace period it aborts them and the step runs again elsewhere. Pickup works without LISTEN
  * (polling) and survives a killed LISTEN connection.
  */
+import { deferred, waitFor } from '@cyclone/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, newAction, newWorkflow, Worker } from '../src/index.js';
 import { createTestDb, type TestDb } from './support/db.js';
-import { deferred, waitFor } from './support/wait.js';
 
 // Held: handlers wait for a gate; signal state recorded when released.
 const heldGate = deferred();

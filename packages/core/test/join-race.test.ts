@@ -3,10 +3,10 @@
  * complete at nearly the same instant on different connections; the row-locked counters must
  * release d exactly once and complete the run exactly once.
  */
+import { mapLimit, waitFor } from '@cyclone/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, newAction, newWorkflow, Worker } from '../src/index.js';
 import { createTestDb, type TestDb } from './support/db.js';
-import { mapLimit, waitFor } from './support/wait.js';
 
 const RUNS = 200;
 const WORKERS = 4;

@@ -4,6 +4,7 @@
  * nodes never run again; misuse is a typed error.
  */
 import { randomUUID } from 'node:crypto';
+import { deferred, waitFor } from '@cyclone/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   Client,
@@ -16,7 +17,6 @@ import {
   Worker,
 } from '../src/index.js';
 import { createTestDb, type TestDb } from './support/db.js';
-import { deferred, waitFor } from './support/wait.js';
 
 const calls = new Map<string, number>();
 const called = (ctx: { runId: string; node: string }) => {

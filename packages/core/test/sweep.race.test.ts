@@ -5,12 +5,12 @@
  * in a transaction held open briefly) and a claimer re-claims what becomes claimable. Triggers
  * record every transition, so a reopened completed step shows even if it were later repaired.
  */
+import { mapLimit } from '@cyclone/testkit';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, newAction, newWorkflow } from '../src/index.js';
 import * as sql from '../src/sql.js';
 import { createTestDb, type TestDb } from './support/db.js';
-import { mapLimit } from './support/wait.js';
 
 const Q = '"cyclone"';
 const CHANNEL = 'cyclone_cyclone';

@@ -4,6 +4,7 @@
  * completionTx writes and completion are fenced out.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
+import { deferred } from '@cyclone/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   Client,
@@ -14,7 +15,6 @@ import {
   Worker,
 } from '../src/index.js';
 import { createTestDb, type TestDb } from './support/db.js';
-import { deferred } from './support/wait.js';
 
 // A cooperative handler: waits on something that honours the signal.
 const coop = {

@@ -1,0 +1,23 @@
+export * from './errors.js';
+export {
+  BOUND_DIGEST_LENGTH,
+  boundKey,
+  idempotencyKey,
+  MAX_SCOPE_LENGTH,
+  MIN_KEY_LIMIT,
+  nativeKey,
+} from './key.js';
+export * from './ledger.js';
+export * from './on-conflict.js';
+export {
+  type CallInfo,
+  DEFAULT_LOCK_TIMEOUT_MS,
+  DEFAULT_QUIET_PERIOD_MS,
+  type OnceOptions,
+  once,
+  type Reconcile,
+  type ReconcileInfo,
+  type UnknownPolicy,
+} from './once.js';
+export * from './outcome.js';
+export { LEDGER_TABLE } from './sql.js';

@@ -1,0 +1,42 @@
+/**
+ * Building a `MailService` that is safe for the adapter and for tests (PROVIDERS.md § 2.3): its
+ * own `Client` (never the process-wide singletons), `setApiKey` before `baseUrl` (setApiKey
+ * resets the base URL), and a request timeout (the SDK has none by default, so an unbounded
+ * call could outlive the step's lease).
+ */
+import { Client } from '@sendgrid/client';
+import { MailService } from '@sendgrid/mail';
+
+/** Default request timeout of `createMailService`, in ms. Keep it well below the step lease. */
+export const DEFAULT_MAIL_TIMEOUT_MS = 10_000;
+
+/** Options of `createMailService`. */
+export interface MailServiceOptions {
+  /** The SendGrid API key (`SG.…`; the SDK warns on other prefixes). */
+  apiKey: string;
+  /**
+   * Base URL of the API, e.g. a local fake's `http://127.0.0.1:PORT/`. Default: the SDK's
+   * (`https://api.sendgrid.com/`). Applied after the API key, which would otherwise reset it.
+   */
+  baseUrl?: string;
+  /** Request timeout in ms. Default `DEFAULT_MAIL_TIMEOUT_MS` (10,000). */
+  timeoutMs?: number;
+}
+
+/**
+ * A new `MailService` with its own `Client`, configured in the order the SDK needs.
+ * @throws RangeError when `timeoutMs` is not a positive integer.
+ */
+export function createMailService(options: MailServiceOptions): MailService {
+  const timeoutMs = options.timeoutMs ?? DEFAULT_MAIL_TIMEOUT_MS;
+  if (!Number.isInteger(timeoutMs) || timeoutMs <= 0) {
+    throw new RangeError(`timeoutMs must be a positive integer (ms), got ${timeoutMs}`);
+  }
+  const client = new Client();
+  client.setApiKey(options.apiKey);
+  if (options.baseUrl) client.setDefaultRequest('baseUrl', options.baseUrl);
+  const mail = new MailService();
+  mail.setClient(client);
+  mail.setTimeout(timeoutMs);
+  return mail;
+}

@@ -1,0 +1,81 @@
+/**
+ * Outcome classification of a failed Stripe call (PROVIDERS.md § 4.2, the Stripe row of the
+ * classification table; § 1.3 and § 1.4 for the SDK's errors).
+ */
+import { classifyError, type Outcome, type OutcomeKind } from '@cyclone/idempotency';
+
+/** Fields of a `Stripe.errors.StripeError` the classification reads. */
+interface StripeErrorLike {
+  type?: unknown;
+  rawType?: unknown;
+  statusCode?: unknown;
+  code?: unknown;
+  detail?: unknown;
+}
+
+/** Transport codes of a request that never reached Stripe. */
+const TRANSPORT_NOT_SENT = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN']);
+
+/** True for the SDK's errors: their `type` is the class name (`StripeCardError`, …). */
+function isStripeError(err: unknown): err is StripeErrorLike & { type: string } {
+  const type = (err as StripeErrorLike | null)?.type;
+  return typeof type === 'string' && type.startsWith('Stripe') && err instanceof Error;
+}
+
+function kindOf(e: StripeErrorLike & { type: string }): OutcomeKind {
+  const status = typeof e.statusCode === 'number' ? e.statusCode : undefined;
+  if (e.type === 'StripeIdempotencyError' || e.rawType === 'idempotency_error')
+    return 'determinism';
+  if (status === 409 || e.code === 'idempotency_key_in_use') return 'conflict';
+  if (e.type === 'StripeRateLimitError' || status === 429) return 'not_sent';
+  if (e.type === 'StripeConnectionError') {
+    const detailCode = (e.detail as { code?: unknown } | undefined)?.code;
+    return typeof detailCode === 'string' && TRANSPORT_NOT_SENT.has(detailCode)
+      ? 'not_sent'
+      : 'ambiguous';
+  }
+  if (status !== undefined && status >= 400 && status < 500) return 'definitive';
+  // 5xx, and a StripeAPIError without a status (an unreadable body): it may have happened.
+  return 'ambiguous';
+}
+
+/**
+ * Classifies an error thrown by a Stripe SDK call into `@cyclone/idempotency`'s `Outcome`
+ * (`kind`, plus `status`, the Stripe or transport `code`, and a `reason` such as
+ * `StripeCardError 402 (card_declined)` for the ledger). The SDK's errors are recognised by their
+ * `type` (the class name), never by `instanceof`, so a second copy of the SDK (CJS and ESM)
+ * classifies the same:
+ * - `determinism`: `StripeIdempotencyError` (`idempotency_error`): the key was used with other
+ *   parameters or on another endpoint: the handler is not deterministic; never retried.
+ * - `conflict`: HTTP 409 or code `idempotency_key_in_use`: a request with this key is still in
+ *   flight at Stripe; retry later with the same key (the SDK maps any v1 409 to
+ *   `StripeAPIError`, § 1.2).
+ * - `not_sent`: 429 `StripeRateLimitError` (the rate limiter sits in front of the idempotency
+ *   layer) and a `StripeConnectionError` for a refused connection or a DNS failure.
+ * - `definitive`: any other 4xx: 400/404 `StripeInvalidRequestError`, 401, 402 `StripeCardError`,
+ *   403: nothing was done, and the same request would fail again.
+ * - `ambiguous`: other `StripeConnectionError`s (reset, timeout, cut-off body; the SDK already
+ *   re-sent with the same key) and 5xx: it may have happened.
+ * Anything that is not a Stripe error (or carries its own `outcome`) goes to `classifyError`,
+ * which never guesses "not sent".
+ */
+export function classifyStripeError(err: unknown): Outcome {
+  if (!isStripeError(err) || (err as { outcome?: unknown }).outcome !== undefined) {
+    return classifyError(err);
+  }
+  const kind = kindOf(err);
+  const status = typeof err.statusCode === 'number' ? err.statusCode : undefined;
+  const detailCode = (err.detail as { code?: unknown } | undefined)?.code;
+  const code =
+    typeof err.code === 'string'
+      ? err.code
+      : typeof detailCode === 'string'
+        ? detailCode
+        : undefined;
+  return {
+    kind,
+    reason: `${err.type}${status !== undefined ? ` ${status}` : ''}${code ? ` (${code})` : ''}`,
+    ...(status !== undefined ? { status } : {}),
+    ...(code !== undefined ? { code } : {}),
+  };
+}

@@ -1,0 +1,15 @@
+/**
+ * `@cyclone/stripe`: the official Stripe SDK for Cyclone handlers, with automatic, stable
+ * idempotency keys and the durable ledger guard of `@cyclone/idempotency` around every mutating
+ * call (API.md § Adapters; PROVIDERS.md § 1). The fake Stripe API for tests is
+ * `@cyclone/stripe/testing`.
+ */
+export { classifyStripeError } from './classify.js';
+export {
+  DEFAULT_REPLAY_WINDOW_MS,
+  type IdempotentStripeOptions,
+  idempotentStripe,
+  type StripeUnknownPolicy,
+} from './idempotent-stripe.js';
+export { MAX_STRIPE_KEY_LENGTH, METADATA_KEYS } from './keys.js';
+export { METADATA_COLLECTIONS, RECONCILABLE_COLLECTIONS } from './reconcile.js';

@@ -1,0 +1,25 @@
+export { classifyTwilioError, isTwilioHttpError } from './classify.js';
+export { migrateTwilio, type Queryable, type TwilioDb } from './db.js';
+export {
+  type IdempotentTwilio,
+  type IdempotentTwilioOptions,
+  idempotentTwilio,
+  type SentSms,
+  type SmsUnknownPolicy,
+  type TwilioMessagingClient,
+  toSentSms,
+  twilioQuietPeriodMs,
+} from './idempotent-twilio.js';
+export {
+  callbacksForKey,
+  handleStatusCallback,
+  KEY_PARAM,
+  MAX_CALLBACK_URL_LENGTH,
+  type RecordedCallback,
+  type StatusCallbackListenerOptions,
+  type StatusCallbackOptions,
+  type StatusCallbackRequest,
+  type StatusCallbackResult,
+  statusCallbackListener,
+  statusCallbackUrl,
+} from './status-callback.js';

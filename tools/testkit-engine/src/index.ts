@@ -1,0 +1,8 @@
+export {
+  oneStep,
+  runOnce,
+  startWorker,
+  stepOf,
+  type TestWorkerOptions,
+} from './harness.js';
+export { type ChildWorkerOptions, startChildWorker } from './worker-main.js';

@@ -1,0 +1,13 @@
+export {
+  ChildWorker,
+  type ExitInfo,
+  killAllChildren,
+  liveChildren,
+  READY_LINE,
+  type SpawnWorkerOptions,
+  spawnWorker,
+} from './child.js';
+export { ADMIN_URL, createTestDb, type TestDb, templateName, urlFor } from './db.js';
+export { type MigrateTemplate, templateSetup } from './global-setup.js';
+export { count, type Deferred, deferred, mapLimit, type WaitOptions, waitFor } from './wait.js';
+export { announceReady, emitLine, envNumber, requireEnv } from './worker-process.js';

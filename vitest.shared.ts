@@ -1,0 +1,55 @@
+/**
+ * The vitest project config every package shares (packages/<pkg>/vitest.config.ts):
+ *
+ *   export default cycloneProject('stripe', { env: { … } });
+ *
+ * Tests run from source: the `@cyclone/source` export condition makes the workspace packages
+ * (`@cyclone/core`, `@cyclone/testkit`…) resolve to their src/, never to a possibly stale or
+ * missing dist/. Vitest 4 resolves in several Vite environments, and each needs the condition:
+ * `resolve` sets it for the client one, `ssr.resolve` for the one test files run in, and
+ * `sourceConditionEverywhere` for the others (vitest's own, which imports the global setups,
+ * inherits neither).
+ */
+import { defaultServerConditions, type Plugin } from 'vite';
+import { defineProject, type UserWorkspaceConfig } from 'vitest/config';
+
+const SOURCE = '@cyclone/source';
+const conditions = [SOURCE];
+
+/** Test options a package may set or override (its `name` is the first argument). */
+export type ProjectTestOptions = Omit<NonNullable<UserWorkspaceConfig['test']>, 'name'>;
+
+/**
+ * The project `name`: test/**\/*.test.ts, test/support/global-setup.ts (the package's migrated
+ * template database), a process per test file, 30 s test and hook timeouts; `test` adds to or
+ * overrides these.
+ */
+export function cycloneProject(name: string, test: ProjectTestOptions = {}): UserWorkspaceConfig {
+  return defineProject({
+    resolve: { conditions },
+    ssr: { resolve: { conditions } },
+    plugins: [sourceConditionEverywhere()],
+    test: {
+      name,
+      include: ['test/**/*.test.ts'],
+      globalSetup: ['test/support/global-setup.ts'],
+      pool: 'forks',
+      testTimeout: 30_000,
+      hookTimeout: 30_000,
+      ...test,
+    },
+  });
+}
+
+/** Puts `@cyclone/source` first in the conditions of every Vite environment that lacks it. */
+function sourceConditionEverywhere(): Plugin {
+  return {
+    name: 'cyclone:source-condition',
+    configEnvironment(_name, env) {
+      // Unset: the environment would get Vite's defaults for a server consumer; keep them.
+      const current = env.resolve?.conditions ?? defaultServerConditions;
+      if (current.includes(SOURCE)) return;
+      env.resolve = { ...env.resolve, conditions: [SOURCE, ...current] };
+    },
+  };
+}
