@@ -1,0 +1,43 @@
+/**
+ * The harness ↔ worker child protocol. The harness passes a `ChildSpec` as JSON in the
+ * `BENCH_CHILD` environment variable; the child writes lines starting with `@` on stdout and
+ * reads commands (`EXIT`) on stdin.
+ *
+ * - `@READY`: the worker runs.
+ * - `@T0`: the first handler started (drain: the measured window opens).
+ * - `@DONE <DrainResult json>`: drain finished (or hit its time cap).
+ * - `@LAT <ns>`: latency mode: a handler started `ns` after the payload's `t` (CLOCK_MONOTONIC).
+ * - `@STARTED`: victim mode: the job is claimed and its handler hangs.
+ * - `@RECOVERED <ns>`: rescuer mode: a handler started at CLOCK_MONOTONIC `ns`.
+ * - `@ERR <message>`: fatal error; the child exits with code 1.
+ */
+import type { StatementStat } from './query-counter.js';
+import type { SystemName, WorkerSpec, Workload } from './systems/types.js';
+
+export type ChildMode = 'drain' | 'latency' | 'victim' | 'rescuer';
+
+export interface ChildSpec extends WorkerSpec {
+  system: SystemName;
+  mode: ChildMode;
+  workload: Workload;
+  /** drain: jobs (steps) to complete. */
+  expected: number;
+  /** drain: give up (and report the rate so far) this long after the worker started. */
+  capMs: number;
+}
+
+export interface DrainResult {
+  /** First handler start → last completion known committed, ms. */
+  ms: number;
+  /** Jobs (steps) completed in that window. */
+  jobs: number;
+  /** True when the time cap ended the run before all jobs were done. */
+  capped: boolean;
+  /** Child CPU (user + system) in the window, ms. */
+  cpuMs: number;
+  /** Peak resident set size of the child process, MiB. */
+  rssMiB: number;
+  /** Statements sent in the window (query-counter.ts). */
+  statements: number;
+  top: StatementStat[];
+}

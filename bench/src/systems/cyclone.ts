@@ -1,0 +1,166 @@
+/**
+ * Cyclone under test: the workspace's `@cyclone/core` (its source, through the
+ * `@cyclone/source` export condition), so the benchmark measures the engine as it is now.
+ */
+import { execFileSync } from 'node:child_process';
+import { dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import {
+  Client,
+  consoleLogger,
+  newAction,
+  newWorkflow,
+  Worker,
+  type WorkerOptions,
+} from '@cyclone/core';
+import type pg from 'pg';
+import { mapLimit, packageVersion } from '../util.js';
+import { onJobStart } from './hooks.js';
+import type { Producer, System, Variant, Workload } from './types.js';
+
+/** Worker options of each variant (besides `client` and `workflows`). */
+const VARIANTS: Record<Variant, Partial<WorkerOptions>> = {
+  // Everything at its default: concurrency 10, lease 30 s (heartbeat every 10 s), sweep every
+  // 5 s ± 20 %, poll 1 s (LISTEN/NOTIFY for pickup), claim batch = free slots.
+  default: {},
+  // Throughput on a 2-core machine: more steps in flight per claim, the step pool at its
+  // default cap of 10 connections. BENCH_CYCLONE_TUNED (JSON WorkerOptions) replaces it, to try
+  // engine settings without editing this file.
+  tuned: process.env.BENCH_CYCLONE_TUNED
+    ? (JSON.parse(process.env.BENCH_CYCLONE_TUNED) as Partial<WorkerOptions>)
+    : { concurrency: 50 },
+  // Short lease for fast crash recovery (scenario 6): 3 s lease (heartbeat 1 s), sweep every 1 s.
+  short: { leaseMs: 3_000, sweepIntervalMs: 1_000 },
+};
+
+const describe = (v: Variant) => {
+  const o = VARIANTS[v];
+  const keys = Object.keys(o);
+  return keys.length === 0
+    ? 'defaults: concurrency 10, leaseMs 30000 (heartbeat 10 s), sweepIntervalMs 5000, pollIntervalMs 1000, LISTEN on'
+    : JSON.stringify(o);
+};
+
+const step = newAction('bench_step', async (_ctx, input: unknown) => {
+  await onJobStart(input);
+});
+
+const write = newAction('bench_write', async (ctx, input: unknown) => {
+  await onJobStart(input);
+  const tx = await ctx.completionTx();
+  await tx.query('INSERT INTO public.bench_rows (k) VALUES ($1)', [ctx.runId]);
+});
+
+/** Single-node no-op run. Its node is `a`, action `bench_step` (scenario 7's history uses both). */
+export const noopFlow = newWorkflow<Record<string, unknown>>('bench_noop', {
+  nodes: { a: { action: step } },
+});
+
+const fanOut = ['b1', 'b2', 'b3', 'b4', 'b5', 'b6', 'b7', 'b8'];
+/** 10 nodes: `a`, then `b1`…`b8` in parallel, then `z` after all eight. */
+export const dagFlow = newWorkflow<Record<string, unknown>>('bench_dag', {
+  nodes: {
+    a: { action: step },
+    ...Object.fromEntries(fanOut.map((n) => [n, { action: step, after: ['a'] }])),
+    z: { action: step, after: fanOut },
+  },
+});
+
+/** Single node that writes one row on its completion transaction. */
+export const writeFlow = newWorkflow<Record<string, unknown>>('bench_write', {
+  nodes: { a: { action: write } },
+});
+
+const FLOWS = { noop: noopFlow, dag: dagFlow, write: writeFlow } as const;
+
+function version(): string {
+  const v = packageVersion('@cyclone/core');
+  try {
+    const cwd = dirname(fileURLToPath(import.meta.url));
+    const head = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd }).toString().trim();
+    const dirty = execFileSync('git', ['status', '--porcelain', '--', '../../../packages/core'], {
+      cwd,
+    })
+      .toString()
+      .trim();
+    return `${v} (git ${head}${dirty ? ', with uncommitted changes in packages/core' : ''})`;
+  } catch {
+    return v;
+  }
+}
+
+export const system: System = {
+  info: () => ({
+    name: 'cyclone',
+    version: version(),
+    variants: { default: describe('default'), tuned: describe('tuned'), short: describe('short') },
+    defaultRecovery: 'lease 30 s (heartbeat every 10 s) + sweep every 5 s ± 20 %',
+  }),
+
+  async install(url) {
+    const client = new Client({ connectionString: url, poolSize: 1 });
+    try {
+      await client.migrate();
+    } finally {
+      await client.close();
+    }
+  },
+
+  async producer(url) {
+    const client = new Client({ connectionString: url, poolSize: 10 });
+    const p: Producer = {
+      // No bulk API: `submit` (one statement per run) with 10 in flight on a pool of 10.
+      async bulk(workload: Workload, count: number) {
+        const flow = FLOWS[workload];
+        await mapLimit(Array.from({ length: count }), 10, async () => {
+          await client.submit(flow, {});
+        });
+      },
+      async one(workload, payload) {
+        await client.submit(FLOWS[workload], payload);
+      },
+      close: () => client.close(),
+    };
+    return p;
+  },
+
+  async insertHistory(pool: pg.Pool, count: number) {
+    await pool.query(
+      `WITH r AS (
+         INSERT INTO cyclone.cyclone_runs
+           (id, workflow, state, input, input_hash, steps_remaining, steps_active, created_at,
+            updated_at, completed_at)
+         SELECT gen_random_uuid(), 'bench_noop', 'completed', '{}', 'history', 0, 0,
+                now() - interval '1 day', now() - interval '1 day', now() - interval '1 day'
+         FROM generate_series(1, $1)
+         RETURNING id)
+       INSERT INTO cyclone.cyclone_steps
+         (run_id, node, workflow, action, state, attempt, max_attempts, deps_remaining,
+          scheduled_at, output, created_at, updated_at, started_at, completed_at)
+       SELECT id, 'a', 'bench_noop', 'bench_step', 'completed', 1, 25, 0, now() - interval '1 day',
+              'null', now() - interval '1 day', now() - interval '1 day', now() - interval '1 day',
+              now() - interval '1 day'
+       FROM r`,
+      [count],
+    );
+    return `${count} completed runs (run + step rows) of the same workflow`;
+  },
+
+  async startWorker(spec) {
+    const client = new Client({ connectionString: spec.url, poolSize: 1 });
+    const worker = new Worker({
+      client,
+      workflows: [noopFlow, dagFlow, writeFlow],
+      logger: consoleLogger('warn', { system: 'cyclone' }),
+      ...VARIANTS[spec.variant],
+    });
+    await worker.start();
+    return {
+      completed: () => worker.stats.completed,
+      async stop() {
+        await worker.stop({ graceMs: 1_000 });
+        await client.close();
+      },
+    };
+  },
+};
