@@ -7,6 +7,7 @@
 import type pg from 'pg';
 import type { Client } from './client.js';
 import { MAX_ERROR_MESSAGE_CHARS, MAX_ERROR_STACK_CHARS, zodIssues } from './client.js';
+import type { CompletionBatcher } from './completion-batcher.js';
 import type { Context, Json, NodeDef, Tx, Workflow } from './definitions.js';
 import {
   InputValidationError,
@@ -54,6 +55,8 @@ interface Env {
   workflow: Workflow<unknown>;
   log: Logger;
   stats: WorkerStats;
+  /** Batches completions of steps without a completionTx. */
+  completions: CompletionBatcher;
   /** The worker's pool for control statements (claims, heartbeats); never held by handlers. */
   controlPool: pg.Pool;
   /** How long (ms) to keep retrying a write whose connection failed. */
@@ -335,10 +338,10 @@ async function execute(
   }
   await closeTx();
   try {
-    const done = await withRetry(env, log, async () => {
-      const r = await pool.query<{ done: number }>(sql.complete(client.q), params);
-      return r.rows[0]?.done ?? 0;
-    });
+    // No completionTx: the worker's batcher completes it with other steps in one statement.
+    const done = await withRetry(env, log, () =>
+      env.completions.complete(row.run_id, row.node, row.attempt, output),
+    );
     if (done === 1 || (await completedByUs(row, env))) {
       env.stats.completed++;
     } else {

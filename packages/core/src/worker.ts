@@ -9,6 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import pg from 'pg';
 import type { Client } from './client.js';
+import { CompletionBatcher } from './completion-batcher.js';
 import type { Workflow } from './definitions.js';
 import { ConfigError } from './errors.js';
 import type { Logger } from './logger.js';
@@ -94,6 +95,7 @@ export class Worker {
   private loopDone: Promise<void> | undefined;
   private timers: { t?: NodeJS.Timeout }[] = [];
   private listener: pg.Client | undefined;
+  private readonly completions: CompletionBatcher;
   /** `workflow/node` of every node this worker can run: it claims only those. */
   private readonly nodeKeys: string[];
 
@@ -155,6 +157,7 @@ export class Worker {
       this.controlPool = this.client.pool;
       this.ownsPool = false;
     }
+    this.completions = new CompletionBatcher(this.pool, this.client.q, this.client.channel);
   }
 
   /** Steps running now. */
@@ -317,6 +320,7 @@ export class Worker {
         retryDeadlineMs: this.leaseMs,
         stopping: () => this.state !== 'running',
         controlPool: this.controlPool,
+        completions: this.completions,
       });
       this.inflight.set(key, handle);
       handle.done.finally(() => {

@@ -1,0 +1,87 @@
+/**
+ * Group commit for completions without a `completionTx` (issue 8): while one batch statement is
+ * in flight, completions queue; when it returns, everything queued goes out in the next single
+ * statement (`sql.completeBatch`). An idle worker therefore completes at once, and a busy one
+ * sends one statement per batch instead of one per step. Each step stays fenced on its attempt.
+ */
+import type pg from 'pg';
+import { isConnectionError } from './pg-util.js';
+import * as sql from './sql.js';
+
+interface Pending {
+  runId: string;
+  node: string;
+  attempt: number;
+  output: string;
+  resolve(done: 0 | 1): void;
+  reject(err: unknown): void;
+}
+
+/** Batches fenced completions; see the module comment. */
+export class CompletionBatcher {
+  private queue: Pending[] = [];
+  private flushing = false;
+
+  /**
+   * @param pool where the batch statements run.
+   * @param q the quoted schema.
+   * @param channel the NOTIFY channel.
+   * @param maxBatch most steps per statement (default 200).
+   */
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly q: string,
+    private readonly channel: string,
+    private readonly maxBatch = 200,
+  ) {}
+
+  /**
+   * Completes one step (fenced on `attempt`) with `output` (JSON text) in the next batch.
+   * @returns 1 when completed, 0 when the fence did not match (the lease was lost).
+   * @throws the database error of the batch statement (a transient one is the caller's to retry:
+   *   the statement is atomic, so nothing of the failed batch was applied).
+   */
+  complete(runId: string, node: string, attempt: number, output: string): Promise<0 | 1> {
+    return new Promise((resolve, reject) => {
+      this.queue.push({ runId, node, attempt, output, resolve, reject });
+      if (!this.flushing) void this.flush();
+    });
+  }
+
+  private async send(batch: Pending[]): Promise<void> {
+    const { rows } = await this.pool.query<{ run_id: string; node: string }>(
+      sql.completeBatch(this.q),
+      [
+        batch.map((p) => p.runId),
+        batch.map((p) => p.node),
+        batch.map((p) => p.attempt),
+        batch.map((p) => p.output),
+        this.channel,
+      ],
+    );
+    const done = new Set(rows.map((r) => `${r.run_id}\u0000${r.node}`));
+    for (const p of batch) p.resolve(done.has(`${p.runId}\u0000${p.node}`) ? 1 : 0);
+  }
+
+  private async flush(): Promise<void> {
+    this.flushing = true;
+    try {
+      while (this.queue.length > 0) {
+        const batch = this.queue.splice(0, this.maxBatch);
+        try {
+          await this.send(batch);
+        } catch (err) {
+          if (batch.length === 1 || isConnectionError(err)) {
+            for (const p of batch) p.reject(err);
+            continue;
+          }
+          // One step's data may have made the whole statement fail: settle each on its own, so
+          // only that step sees the error.
+          for (const p of batch) await this.send([p]).catch((e) => p.reject(e));
+        }
+      }
+    } finally {
+      this.flushing = false;
+    }
+  }
+}
