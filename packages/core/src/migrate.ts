@@ -6,7 +6,7 @@
 import type pg from 'pg';
 import { migrations as coreMigrations } from './migrations.generated.js';
 import { withConnection } from './pg-util.js';
-import { quoteSchema } from './schema.js';
+import { DEFAULT_SCHEMA, quoteSchema } from './schema.js';
 
 /** One migration: a name that sorts in apply order and its SQL, with `{{schema}}` placeholders. */
 export interface Migration {
@@ -70,4 +70,20 @@ export async function applyMigrations(
 /** Applies the core migrations (component `core`). See `applyMigrations`. */
 export function migrateCore(pool: pg.Pool, schema: string): Promise<string[]> {
   return applyMigrations(pool, schema, 'core', coreMigrations);
+}
+
+/**
+ * Applies the migrations of a package built on core (`@cyclone/sendgrid`, `@cyclone/twilio`…)
+ * under its own `component` name, in `db`'s schema (default `cyclone`): `applyMigrations`,
+ * advisory-locked and idempotent. Run it after core's migrations.
+ * @param db a core `Client`, or `{ pool, schema }` with a `pg.Pool`.
+ * @returns the names applied now (empty when up to date).
+ * @throws ConfigError on a bad schema name; the database error of a failing migration.
+ */
+export function migrateComponent(
+  db: { pool: pg.Pool; schema?: string },
+  component: string,
+  migrations: readonly Migration[],
+): Promise<string[]> {
+  return applyMigrations(db.pool, db.schema ?? DEFAULT_SCHEMA, component, migrations);
 }

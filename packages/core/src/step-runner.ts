@@ -19,6 +19,7 @@ import {
 import { encodePayload, storableText } from './json.js';
 import type { Logger } from './logger.js';
 import { isConnectionError, sleep } from './pg-util.js';
+import { redactSecrets } from './redact.js';
 import * as sql from './sql.js';
 import type { WorkerStats } from './worker.js';
 
@@ -427,9 +428,10 @@ async function recordFailure(
     attempt: row.attempt,
     at: new Date().toISOString(),
     kind: failure.kind,
-    message: storableText(describe(failure.error), MAX_ERROR_MESSAGE_CHARS),
+    // Secrets redacted before the cut, so that no part of one is stored (redact.ts).
+    message: storableText(redactSecrets(describe(failure.error)), MAX_ERROR_MESSAGE_CHARS),
     ...(failure.error instanceof Error && failure.error.stack
-      ? { stack: storableText(failure.error.stack, MAX_ERROR_STACK_CHARS) }
+      ? { stack: storableText(redactSecrets(failure.error.stack), MAX_ERROR_STACK_CHARS) }
       : {}),
   };
   const entryText = JSON.stringify(entry);

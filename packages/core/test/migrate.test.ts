@@ -94,10 +94,12 @@ describe('migrate', () => {
   });
 
   it('src/migrations.generated.ts is in sync with migrations/*.sql', async () => {
-    const script = pathToFileURL(join(coreDir, 'scripts', 'embed-migrations.mjs')).href;
-    const { render } = (await import(script)) as { render: () => string };
+    const script = pathToFileURL(join(coreDir, '..', '..', 'scripts', 'embed-migrations.mjs')).href;
+    const { render } = (await import(script)) as { render: (dir: string) => string };
     const onDisk = readFileSync(join(coreDir, 'src', 'migrations.generated.ts'), 'utf8');
-    expect(onDisk, 'run `pnpm --filter @cyclone/core embed-migrations`').toBe(render());
+    expect(onDisk, 'run `pnpm --filter @cyclone/core embed-migrations`').toBe(
+      render(migrationsDir),
+    );
 
     // And the module content matches the files one by one.
     const files = readdirSync(migrationsDir)

@@ -1,3 +1,4 @@
+export type { AdapterDb, Queryable } from './adapter-db.js';
 export * from './errors.js';
 export {
   BOUND_DIGEST_LENGTH,

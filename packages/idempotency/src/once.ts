@@ -21,6 +21,7 @@ import {
   type Json,
   LeaseLostError,
   PayloadError,
+  redactSecrets,
   toJson,
 } from '@cyclone/core';
 import {
@@ -810,7 +811,8 @@ async function writeFailure<T>(
 /** What the ledger keeps of an error (see `StoredFailure`). */
 function storedFailure(err: unknown, outcome: Outcome): StoredFailure {
   const e = (typeof err === 'object' && err !== null ? err : {}) as Record<string, unknown>;
-  const clean = (s: string) => s.replaceAll('\u0000', '').slice(0, 2000);
+  // Secrets redacted before the cut, so that no part of one is stored (core's redactSecrets).
+  const clean = (s: string) => redactSecrets(s.replaceAll('\u0000', '')).slice(0, 2000);
   const message =
     err instanceof Error ? err.message || err.name : typeof err === 'string' ? err : String(err);
   const code = outcome.code ?? (typeof e.code === 'string' ? e.code : undefined);

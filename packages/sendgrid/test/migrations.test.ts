@@ -22,9 +22,9 @@ describe('migrations', () => {
   it('the embedded migrations match migrations/*.sql', async () => {
     const here = dirname(fileURLToPath(import.meta.url));
     // @ts-expect-error: a plain .mjs script without types
-    const { render } = await import('../scripts/embed-migrations.mjs');
+    const { render } = await import('../../../scripts/embed-migrations.mjs');
     const generated = readFileSync(join(here, '..', 'src', 'migrations.generated.ts'), 'utf8');
-    expect(generated).toBe(render());
+    expect(generated).toBe(render(join(here, '..', 'migrations')));
   });
 
   it('migrateSendgrid applies the table once, concurrently safe, in another schema too', async () => {

@@ -7,8 +7,9 @@
  * adapter's reconciler finds the message SID of a key whose create call had an unknown outcome.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { DEFAULT_SCHEMA, quoteSchema } from '@cyclone/core';
 import twilio from 'twilio';
-import { quoteSchema, type TwilioDb } from './db.js';
+import type { TwilioDb } from './db.js';
 
 /** The query parameter of the status callback URL that carries the idempotency key. */
 export const KEY_PARAM = 'ck';
@@ -86,7 +87,7 @@ export async function handleStatusCallback(
   options: StatusCallbackOptions,
   request: StatusCallbackRequest,
 ): Promise<StatusCallbackResult> {
-  const q = quoteSchema(options.schema);
+  const q = quoteSchema(options.schema ?? DEFAULT_SCHEMA);
   if (
     !request.signature ||
     !twilio.validateRequest(options.authToken, request.signature, request.url, request.params)
@@ -212,7 +213,7 @@ export interface RecordedCallback {
  * @throws the database error.
  */
 export async function callbacksForKey(db: TwilioDb, key: string): Promise<RecordedCallback[]> {
-  const q = quoteSchema(db.schema);
+  const q = quoteSchema(db.schema ?? DEFAULT_SCHEMA);
   const { rows } = await db.pool.query(
     `SELECT message_sid, message_status, error_code, to_number, from_number, received_at
      FROM ${q}.cyclone_twilio_callbacks WHERE cyclone_key = $1 ORDER BY received_at, id`,

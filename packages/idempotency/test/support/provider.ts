@@ -1,5 +1,5 @@
 /**
- * A loopback fake provider (node:http on 127.0.0.1, port 0; PROVIDERS.md § 5, general rules):
+ * A loopback fake provider (a `LoopbackHttpServer` on 127.0.0.1, port 0; PROVIDERS.md § 5):
  * `POST /effects` performs an "effect" (a charge, an email) and counts it; `GET /effects?key=`
  * lists the effects carrying a key (for reconcile functions). It records every request and has
  * a programmable fault injector. With `dedupe`, it honours `Idempotency-Key` like Stripe: a
@@ -7,8 +7,8 @@
  * is a 400 `idempotency_error`, a key still in flight is a 409.
  */
 import { randomBytes } from 'node:crypto';
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { LoopbackHttpServer } from '../../src/testing/index.js';
 
 /** What the next `POST /effects` meets (taken from the queue in order; default `ok`). */
 export type Fault =
@@ -47,23 +47,25 @@ export class FakeProvider {
     string,
     { body: string; status: number; response: unknown } | 'in_flight'
   >();
-  private server!: Server;
-  url = '';
+  private readonly server = new LoopbackHttpServer((req, res) => this.handle(req, res), {
+    onError: (err, res) => {
+      res.statusCode = 500;
+      res.end(String(err));
+    },
+  });
 
   private constructor(readonly dedupe: boolean) {}
 
   /** Starts a fake on 127.0.0.1, port 0. */
   static async start(options: { dedupe?: boolean } = {}): Promise<FakeProvider> {
     const p = new FakeProvider(options.dedupe ?? false);
-    p.server = createServer((req, res) => {
-      p.handle(req, res).catch((err) => {
-        res.statusCode = 500;
-        res.end(String(err));
-      });
-    });
-    await new Promise<void>((r) => p.server.listen(0, '127.0.0.1', r));
-    p.url = `http://127.0.0.1:${(p.server.address() as AddressInfo).port}`;
+    await p.server.listen(0);
     return p;
+  }
+
+  /** `http://127.0.0.1:PORT`. */
+  get url(): string {
+    return this.server.origin;
   }
 
   /** Queues faults for the next requests, in order. */
@@ -88,8 +90,7 @@ export class FakeProvider {
 
   async close(): Promise<void> {
     this.release();
-    this.server.closeAllConnections();
-    await new Promise<void>((r) => this.server.close(() => r()));
+    await this.server.close();
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {

@@ -5,16 +5,15 @@
  * `delivered` events (with the message's `custom_args` as top-level keys) to your handler.
  */
 import { createSign, generateKeyPairSync, type KeyObject, randomBytes } from 'node:crypto';
-import type { MailService } from '@sendgrid/mail';
-import { createMailService } from '../mail-service.js';
 import {
-  type Fault,
-  type FaultOptions,
-  LoopbackServer,
+  type Exchange,
+  LoopbackFake,
   type RecordedRequest,
   type RouteResponse,
   runWithFault,
-} from './http.js';
+} from '@cyclone/idempotency/testing';
+import type { MailService } from '@sendgrid/mail';
+import { createMailService } from '../mail-service.js';
 
 /** Routes of the fake, for fault targeting. */
 export type SendGridRoute = 'send';
@@ -93,20 +92,22 @@ export function sendGridErrorBody(status: number, message?: string, field: strin
 /**
  * The fake. Start with `FakeSendGrid.start()`, point a MailService at it with `mailService()` (or
  * `createMailService({ apiKey: 'SG.test', baseUrl: fake.baseUrl })`), stop with `close()`.
+ * Request recording, fault injection (`inject`, default route `send`) and refused connections
+ * come from `LoopbackFake` (`@cyclone/idempotency/testing`).
  */
-export class FakeSendGrid {
+export class FakeSendGrid extends LoopbackFake<SendGridRoute> {
   /** E-mails accepted (the effects), in order. */
   readonly sent: AcceptedMail[] = [];
   /** Event Webhook POSTs made by `deliverEvents`. */
   readonly deliveries: WebhookDelivery[] = [];
   /** The accepted API key. */
   readonly apiKey: string;
-  private readonly server: LoopbackServer<SendGridRoute>;
   private readonly signingKey: KeyObject | undefined;
   /** Base64 DER (SPKI) of the event-signing public key, as SendGrid shows it; '' when unsigned. */
   readonly verificationKey: string;
 
   private constructor(options: FakeSendGridOptions) {
+    super('send');
     this.apiKey = options.apiKey ?? 'SG.test';
     if (options.signEvents) {
       const { privateKey, publicKey } = generateKeyPairSync('ec', { namedCurve: 'P-256' });
@@ -115,20 +116,6 @@ export class FakeSendGrid {
     } else {
       this.verificationKey = '';
     }
-    this.server = new LoopbackServer<SendGridRoute>(
-      (method, path) => (method === 'POST' && path === MAIL_SEND ? 'send' : 'unknown'),
-      async (route, ex) => {
-        if (route === 'unknown') {
-          ex.respond({ status: 404, body: sendGridErrorBody(404) });
-          return;
-        }
-        await runWithFault(
-          ex,
-          () => this.mailSend(ex.request),
-          (s) => sendGridErrorBody(s),
-        );
-      },
-    );
   }
 
   /** Starts a fake on 127.0.0.1 with a free port. */
@@ -140,22 +127,12 @@ export class FakeSendGrid {
 
   /** `http://127.0.0.1:PORT/`: the value for `setDefaultRequest('baseUrl', …)`. */
   get baseUrl(): string {
-    return `${this.server.origin}/`;
-  }
-
-  /** The port listened on. */
-  get port(): number {
-    return this.server.port;
-  }
-
-  /** Every request received (mail sends and anything else), in order. */
-  get requests(): RecordedRequest[] {
-    return this.server.requests;
+    return `${this.origin}/`;
   }
 
   /** Requests to `POST /v3/mail/send`, whatever their outcome. */
   get sendRequests(): RecordedRequest[] {
-    return this.server.requests.filter((r) => r.route === 'send');
+    return this.requests.filter((r) => r.route === 'send');
   }
 
   /** Number of e-mails accepted: the effect count. */
@@ -179,36 +156,6 @@ export class FakeSendGrid {
       baseUrl: this.baseUrl,
       timeoutMs: options.timeoutMs ?? 2_000,
     });
-  }
-
-  /** Queues a fault for the next `times` (default 1) requests of `route` (default `send`). */
-  inject(fault: Fault, options: FaultOptions<SendGridRoute> = {}): void {
-    this.server.inject(fault, options.route ?? 'send', options.times ?? 1, options.match);
-  }
-
-  /** Faults queued and not yet used. */
-  get pendingFaults(): number {
-    return this.server.pendingFaults;
-  }
-
-  /** Drops the queued faults. */
-  clearFaults(): void {
-    this.server.clearFaults();
-  }
-
-  /** Closes the listener (same port kept): clients get `ECONNREFUSED` until `resume()`. */
-  refuseConnections(): Promise<void> {
-    return this.server.stopListening();
-  }
-
-  /** Listens again on the same port after `refuseConnections()`. */
-  resume(): Promise<void> {
-    return this.server.listen(this.server.port);
-  }
-
-  /** Resolves once no request is being handled (delayed answers included). */
-  idle(): Promise<void> {
-    return this.server.idle();
   }
 
   /**
@@ -280,9 +227,22 @@ export class FakeSendGrid {
     return delivery;
   }
 
-  /** Stops the fake. Idempotent. */
-  close(): Promise<void> {
-    return this.server.close();
+  /** `POST /v3/mail/send` is `send`; anything else is `unknown` (404). */
+  protected routeOf(method: string, path: string): SendGridRoute | 'unknown' {
+    return method === 'POST' && path === MAIL_SEND ? 'send' : 'unknown';
+  }
+
+  /** `send` with the standard fault semantics (`runWithFault`); anything else 404. */
+  protected async handle(route: SendGridRoute | 'unknown', ex: Exchange): Promise<void> {
+    if (route === 'unknown') {
+      ex.respond({ status: 404, body: sendGridErrorBody(404) });
+      return;
+    }
+    await runWithFault(
+      ex,
+      () => this.mailSend(ex.request),
+      (s) => sendGridErrorBody(s),
+    );
   }
 
   /** `POST /v3/mail/send`: authenticate, validate, then accept (the effect). */

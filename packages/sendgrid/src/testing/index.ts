@@ -1,3 +1,4 @@
+export type { Fault, FaultOptions, RecordedRequest } from '@cyclone/idempotency/testing';
 export {
   type AcceptedMail,
   FakeSendGrid,
@@ -7,4 +8,3 @@ export {
   sendGridErrorBody,
   type WebhookDelivery,
 } from './fake-sendgrid.js';
-export type { Fault, FaultOptions, RecordedRequest } from './http.js';

@@ -20,8 +20,8 @@
  *   pruned: a reuse then runs as a brand-new request.
  */
 import { randomBytes } from 'node:crypto';
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo, Socket } from 'node:net';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { LoopbackHttpServer } from '@cyclone/idempotency/testing';
 import Stripe from 'stripe';
 import { canonical, decodeForm, type FormParams } from './form.js';
 import {
@@ -239,39 +239,27 @@ export class FakeStripe {
   readonly effects: Effect[] = [];
   /** Always `127.0.0.1`. */
   readonly host = '127.0.0.1';
-  private readonly server: Server;
-  private readonly sockets = new Set<Socket>();
+  private readonly server: LoopbackHttpServer;
   private readonly keys = new Map<string, StoredResponse>();
   private readonly rules: Rule[] = [];
   private readonly store: ResourceStore = newStore();
   private readonly retentionMs: number;
   private readonly listeners = new Set<() => void>();
-  /** Ends pending `delay_after_effect` waits (on close). */
-  private readonly delays = new Set<() => void>();
   private clockOffsetMs = 0;
-  private listeningPort = 0;
   private suspended = false;
-  private closed = false;
 
   private constructor(options: FakeStripeOptions) {
     this.retentionMs = options.idempotencyRetentionMs ?? STRIPE_IDEMPOTENCY_RETENTION_MS;
-    this.server = createServer((req, res) => {
-      this.handle(req, res).catch((err: unknown) => {
-        // A bug in the fake itself: answer 500 so the test sees it rather than hanging.
-        if (!res.headersSent && !res.destroyed) {
-          res.writeHead(500, { 'content-type': 'application/json' });
-          res.end(
-            JSON.stringify({
-              error: { type: 'api_error', message: `FakeStripe bug: ${String(err)}` },
-            }),
-          );
-        }
-      });
-    });
-    this.server.keepAliveTimeout = 5_000;
-    this.server.on('connection', (s: Socket) => {
-      this.sockets.add(s);
-      s.on('close', () => this.sockets.delete(s));
+    this.server = new LoopbackHttpServer((req, res) => this.handle(req, res), {
+      // A bug in the fake itself: answer 500 so the test sees it rather than hanging.
+      onError: (err, res) => {
+        res.writeHead(500, { 'content-type': 'application/json' });
+        res.end(
+          JSON.stringify({
+            error: { type: 'api_error', message: `FakeStripe bug: ${String(err)}` },
+          }),
+        );
+      },
     });
   }
 
@@ -281,30 +269,18 @@ export class FakeStripe {
    */
   static async start(options: FakeStripeOptions = {}): Promise<FakeStripe> {
     const fake = new FakeStripe(options);
-    await fake.listen(options.port ?? 0);
+    await fake.server.listen(options.port ?? 0);
     return fake;
-  }
-
-  private listen(port: number): Promise<void> {
-    return new Promise((resolve, reject) => {
-      const onError = (err: Error) => reject(err);
-      this.server.once('error', onError);
-      this.server.listen(port, this.host, () => {
-        this.server.off('error', onError);
-        this.listeningPort = (this.server.address() as AddressInfo).port;
-        resolve();
-      });
-    });
   }
 
   /** The port the fake listens on. */
   get port(): number {
-    return this.listeningPort;
+    return this.server.port;
   }
 
   /** `http://127.0.0.1:<port>`. */
   get url(): string {
-    return `http://${this.host}:${this.port}`;
+    return this.server.origin;
   }
 
   /**
@@ -402,29 +378,20 @@ export class FakeStripe {
   async suspend(): Promise<void> {
     if (this.suspended) return;
     this.suspended = true;
-    const closed = new Promise<void>((r) => this.server.close(() => r()));
-    for (const s of this.sockets) s.destroy();
-    await closed;
+    await this.server.stopListening(0);
   }
 
   /** Listens again on the same port after `suspend()`. */
   async resume(): Promise<void> {
     if (!this.suspended) return;
     this.suspended = false;
-    await this.listen(this.listeningPort);
+    await this.server.listen(this.server.port);
   }
 
-  /** Stops the server, drops every connection and releases held requests. */
+  /** Stops the server, drops every connection and releases held requests. Idempotent. */
   async close(): Promise<void> {
-    if (this.closed) return;
-    this.closed = true;
     this.clearFaults();
-    for (const d of [...this.delays]) d();
-    if (!this.suspended) {
-      const closed = new Promise<void>((r) => this.server.close(() => r()));
-      for (const s of this.sockets) s.destroy();
-      await closed;
-    }
+    await this.server.close();
   }
 
   /** Number of real effects, of one type or all. `count('charge')` counts money taken. */
@@ -559,7 +526,7 @@ export class FakeStripe {
       }
       if (f?.type === 'delay_after_effect') {
         rec.outcome = 'fault';
-        await this.sleep(f.ms);
+        await this.server.sleep(f.ms);
       }
       write(status, body, extra);
     };
@@ -712,19 +679,6 @@ export class FakeStripe {
       }
     }
     return send(status, body, outcome, extra);
-  }
-
-  /** Waits `ms`, or until `close()`. */
-  private sleep(ms: number): Promise<void> {
-    return new Promise<void>((resolve) => {
-      const done = () => {
-        clearTimeout(t);
-        this.delays.delete(done);
-        resolve();
-      };
-      const t = setTimeout(done, ms);
-      this.delays.add(done);
-    });
   }
 
   private run(rec: RecordedRequest): RouteResult {

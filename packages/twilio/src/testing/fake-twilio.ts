@@ -6,15 +6,14 @@
  * auth token), so the application's signature check runs for real.
  */
 import { createHmac, randomBytes } from 'node:crypto';
-import twilio from 'twilio';
 import {
-  type Fault,
-  type FaultOptions,
-  LoopbackServer,
+  type Exchange,
+  LoopbackFake,
   type RecordedRequest,
   type RouteResponse,
   runWithFault,
-} from './http.js';
+} from '@cyclone/idempotency/testing';
+import twilio from 'twilio';
 import { LoopbackRequestClient } from './loopback-client.js';
 
 /** Routes of the fake, for fault targeting. */
@@ -92,6 +91,7 @@ export interface FakeTwilioOptions {
 }
 
 const API = '/2010-04-01';
+const ACCOUNTS = `${API}/Accounts/`;
 
 /**
  * Twilio's `X-Twilio-Signature` for a form POST to `url` (https://www.twilio.com/docs/usage/security):
@@ -164,57 +164,26 @@ const MAGIC_TO: Record<string, [number, string]> = {
 /**
  * The fake. `FakeTwilio.start()`, then `client()` for a real `twilio` client pointed at it (or
  * `twilio(sid, token, { httpClient: new LoopbackRequestClient(fake.origin) })`), `close()` at the
- * end.
+ * end. Request recording, fault injection (`inject`, default route `create`) and refused
+ * connections come from `LoopbackFake` (`@cyclone/idempotency/testing`).
  */
-export class FakeTwilio {
+export class FakeTwilio extends LoopbackFake<TwilioRoute> {
   readonly accountSid: string;
   readonly authToken: string;
   /** Every message the fake knows (created and seeded), in creation order. */
   readonly messages: FakeMessage[] = [];
   /** Status callback POSTs made, in order. */
   readonly callbacks: StatusCallbackDelivery[] = [];
-  private readonly server: LoopbackServer<TwilioRoute>;
   private readonly autoAdvance: 'none' | 'sent' | 'delivered';
   private readonly callbackTarget: (url: string) => string;
   private readonly pending = new Set<Promise<unknown>>();
 
   private constructor(options: FakeTwilioOptions) {
+    super('create');
     this.accountSid = options.accountSid ?? `AC${randomBytes(16).toString('hex')}`;
     this.authToken = options.authToken ?? randomBytes(16).toString('hex');
     this.autoAdvance = options.autoAdvance ?? 'sent';
     this.callbackTarget = options.callbackTarget ?? ((u) => u);
-    const base = `${API}/Accounts/`;
-    this.server = new LoopbackServer<TwilioRoute>(
-      (method, path) => {
-        if (!path.startsWith(base)) return 'unknown';
-        const rest = path.slice(base.length).split('/');
-        if (rest.length === 2 && rest[1] === 'Messages.json') {
-          if (method === 'POST') return 'create';
-          if (method === 'GET') return 'list';
-        }
-        if (rest.length === 3 && rest[1] === 'Messages' && method === 'GET') return 'fetch';
-        return 'unknown';
-      },
-      async (route, ex) => {
-        const req = ex.request;
-        if (route === 'unknown') {
-          ex.respond({ status: 404, body: defaultTwilioError(404) });
-          return;
-        }
-        const denied = this.authenticate(req);
-        if (denied) {
-          ex.respond(denied);
-          return;
-        }
-        if (route === 'create') {
-          await runWithFault(ex, () => this.create(req), defaultTwilioError);
-        } else if (route === 'list') {
-          await runWithFault(ex, () => this.list(req), defaultTwilioError);
-        } else {
-          await runWithFault(ex, () => this.fetch(req), defaultTwilioError);
-        }
-      },
-    );
   }
 
   /** Starts a fake on 127.0.0.1 with a free port. */
@@ -224,24 +193,9 @@ export class FakeTwilio {
     return fake;
   }
 
-  /** `http://127.0.0.1:PORT`. */
-  get origin(): string {
-    return this.server.origin;
-  }
-
-  /** The port listened on. */
-  get port(): number {
-    return this.server.port;
-  }
-
-  /** Every request received, in order. */
-  get requests(): RecordedRequest[] {
-    return this.server.requests;
-  }
-
   /** The `POST …/Messages.json` requests, whatever their outcome. */
   get createRequests(): RecordedRequest[] {
-    return this.server.requests.filter((r) => r.route === 'create');
+    return this.requests.filter((r) => r.route === 'create');
   }
 
   /** Messages created through the API (seeded ones excluded). */
@@ -269,35 +223,10 @@ export class FakeTwilio {
     });
   }
 
-  /** Queues a fault for the next `times` (default 1) requests of `route` (default `create`). */
-  inject(fault: Fault, options: FaultOptions<TwilioRoute> = {}): void {
-    this.server.inject(fault, options.route ?? 'create', options.times ?? 1, options.match);
-  }
-
-  /** Faults queued and not yet used. */
-  get pendingFaults(): number {
-    return this.server.pendingFaults;
-  }
-
-  /** Drops the queued faults. */
-  clearFaults(): void {
-    this.server.clearFaults();
-  }
-
-  /** Closes the listener (same port kept): clients get `ECONNREFUSED` until `resume()`. */
-  refuseConnections(): Promise<void> {
-    return this.server.stopListening();
-  }
-
-  /** Listens again on the same port after `refuseConnections()`. */
-  resume(): Promise<void> {
-    return this.server.listen(this.server.port);
-  }
-
   /** Resolves once no request is being handled and every status callback POST has finished. */
-  async idle(): Promise<void> {
+  override async idle(): Promise<void> {
     for (;;) {
-      await this.server.idle();
+      await super.idle();
       if (this.pending.size === 0) return;
       await Promise.allSettled([...this.pending]);
     }
@@ -411,9 +340,42 @@ export class FakeTwilio {
   }
 
   /** Stops the fake (callbacks in flight are awaited first). Idempotent. */
-  async close(): Promise<void> {
+  override async close(): Promise<void> {
     await Promise.allSettled([...this.pending]);
-    await this.server.close();
+    await super.close();
+  }
+
+  /** `…/Accounts/{sid}/Messages.json` (POST `create`, GET `list`), `…/Messages/{sid}.json` (GET `fetch`). */
+  protected routeOf(method: string, path: string): TwilioRoute | 'unknown' {
+    if (!path.startsWith(ACCOUNTS)) return 'unknown';
+    const rest = path.slice(ACCOUNTS.length).split('/');
+    if (rest.length === 2 && rest[1] === 'Messages.json') {
+      if (method === 'POST') return 'create';
+      if (method === 'GET') return 'list';
+    }
+    if (rest.length === 3 && rest[1] === 'Messages' && method === 'GET') return 'fetch';
+    return 'unknown';
+  }
+
+  /** Authenticates, then runs the route with the standard fault semantics; unknown routes 404. */
+  protected async handle(route: TwilioRoute | 'unknown', ex: Exchange): Promise<void> {
+    const req = ex.request;
+    if (route === 'unknown') {
+      ex.respond({ status: 404, body: defaultTwilioError(404) });
+      return;
+    }
+    const denied = this.authenticate(req);
+    if (denied) {
+      ex.respond(denied);
+      return;
+    }
+    if (route === 'create') {
+      await runWithFault(ex, () => this.create(req), defaultTwilioError);
+    } else if (route === 'list') {
+      await runWithFault(ex, () => this.list(req), defaultTwilioError);
+    } else {
+      await runWithFault(ex, () => this.fetch(req), defaultTwilioError);
+    }
   }
 
   private authenticate(req: RecordedRequest): RouteResponse | undefined {
@@ -421,7 +383,7 @@ export class FakeTwilio {
     if (req.headers.authorization !== expected) {
       return { status: 401, body: twilioError(401, 20003, 'Authenticate') };
     }
-    const account = req.path.slice(`${API}/Accounts/`.length).split('/')[0];
+    const account = req.path.slice(ACCOUNTS.length).split('/')[0];
     if (account !== this.accountSid) {
       return {
         status: 404,

@@ -1,3 +1,4 @@
+export type { Fault, FaultOptions, RecordedRequest } from '@cyclone/idempotency/testing';
 export {
   defaultTwilioError,
   type FakeMessage,
@@ -11,5 +12,4 @@ export {
   twilioProblem,
   twilioSignature,
 } from './fake-twilio.js';
-export type { Fault, FaultOptions, RecordedRequest } from './http.js';
 export { LoopbackRequestClient, type LoopbackRequestClientOptions } from './loopback-client.js';
