@@ -1,5 +1,5 @@
 /**
- * `pnpm demo`: Cyclone surviving a worker crash.
+ * `pnpm --filter @cyclone/example-quickstart demo`: Cyclone surviving a worker crash.
  *
  * 1. Uses DATABASE_URL, or else starts an embedded PostgreSQL under .cyclone/ and migrates.
  * 2. Starts two worker processes and submits 50 order runs (reserve → charge ‖ email → fulfil).
@@ -65,7 +65,7 @@ async function waitUntil<T>(
 }
 
 async function main(): Promise<number> {
-  // `pnpm demo` runs in apps/quickstart; keep .cyclone/ where the command was typed (INIT_CWD).
+  // The script runs in apps/quickstart; keep .cyclone/ where the command was typed (INIT_CWD).
   const db = await resolveDatabaseUrl({
     dir: resolve(process.env.INIT_CWD ?? process.cwd(), '.cyclone'),
   });

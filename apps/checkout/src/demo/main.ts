@@ -1,0 +1,298 @@
+/**
+ * `pnpm demo`: the checkout under load while its workers die.
+ *
+ *  1. The database: DATABASE_URL, else an embedded PostgreSQL under `.cyclone/`; migrated.
+ *  2. The Stripe, SendGrid and Twilio fakes, in this process (they count every real effect).
+ *  3. The API (a child process) and three worker processes.
+ *  4. The load generator sends N orders over HTTP; 20 % of them are sent again after a client
+ *     timeout. Meanwhile a worker holding steps is SIGKILLed every few seconds and replaced,
+ *     and each provider once drops its response after doing the work (a lost response).
+ *  5. When every run has finished, the summary: what happened, and each invariant Cyclone
+ *     promises (one run per order; one charge, one e-mail, one SMS per order; completion-tx
+ *     writes exactly once; …). Exit 0 only when all of them hold.
+ */
+import { randomBytes } from 'node:crypto';
+import { mkdirSync } from 'node:fs';
+import { dirname, join, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Client } from '@cyclone/core';
+import { MultiBar, Presets } from 'cli-progress';
+import { cycloneDir, resolveDatabase } from '../db.js';
+import { pumpSendgridEvents, startFakes } from '../fakes.js';
+import { realProviders } from '../providers.js';
+import { migrateCheckout, restock } from '../schema.js';
+import { startChaos } from './chaos.js';
+import { runLoad } from './load.js';
+import { parseOptions, USAGE } from './options.js';
+import { Child, WorkerChild } from './processes.js';
+import { render, verdict } from './report.js';
+
+const src = join(dirname(fileURLToPath(import.meta.url)), '..');
+const started = Date.now();
+const tty = Boolean(process.stdout.isTTY);
+
+async function main(): Promise<number> {
+  const opts = parseOptions(process.argv.slice(2));
+  if (opts === 'help') {
+    process.stdout.write(`${USAGE}\n`);
+    return 0;
+  }
+  const batch = randomBytes(3).toString('hex');
+  const prefix = `ord-${batch}`;
+  const logDir = join(cycloneDir(), 'checkout-demo', batch);
+  mkdirSync(logDir, { recursive: true });
+
+  let bar: ReturnType<MultiBar['create']> | undefined;
+  let multibar: MultiBar | undefined;
+  const say = (line: string) => {
+    if (multibar) multibar.log(`${line}\n`);
+    else process.stdout.write(`${line}\n`);
+  };
+
+  const db = await resolveDatabase();
+  const client = new Client({ connectionString: db.connectionString, poolSize: 4 });
+  const fakes = await startFakes();
+  const children: Child[] = [];
+  const workers: WorkerChild[] = [];
+  let stopPump: (() => Promise<void>) | undefined;
+  try {
+    await migrateCheckout(client);
+    await restock(client);
+    const leftovers = await cancelLeftovers(client);
+    if (leftovers > 0) say(`demo: cancelled ${leftovers} unfinished runs of an interrupted demo`);
+    const real = realProviders();
+    if (real.stripe || real.sendgrid || real.twilio) {
+      say(
+        'demo: provider keys are set, but the demo counts effects at the local fakes: it uses the fakes (run the API and a worker yourself for the real services)',
+      );
+    }
+    const env: Record<string, string> = {
+      DATABASE_URL: db.connectionString,
+      ...fakes.env,
+      // The children must talk to the fakes, whatever this shell has.
+      STRIPE_SECRET_KEY: '',
+      SENDGRID_API_KEY: '',
+      TWILIO_ACCOUNT_SID: '',
+      TWILIO_AUTH_TOKEN: '',
+      PUBLIC_URL: '', // the API answers on its own address
+      EXIT_WITH_PARENT: '1', // if this process dies, its children follow
+    };
+
+    const api = new Child(
+      'api',
+      join(src, 'api-main.ts'),
+      { ...env, PORT: '0', API_POOL_SIZE: '5' },
+      logDir,
+      /^LISTENING (\S+)$/,
+    );
+    children.push(api);
+    const apiUrl = (await api.ready)[1] as string;
+    let nextWorker = 1;
+    const startWorker = async () => {
+      const w = await WorkerChild.start(
+        `w${nextWorker++}`,
+        join(src, 'worker-main.ts'),
+        {
+          ...env,
+          PUBLIC_URL: apiUrl, // Twilio's status callbacks go to the API
+          WORKER_LEASE_MS: '2000', // a killed worker's steps come back after ~2 s
+          // 3 workers × (6 + 2 control + 1 listener + 4 client) connections stay well under
+          // PostgreSQL's default of 100, replacements included.
+          WORKER_CONCURRENCY: '6',
+        },
+        logDir,
+      );
+      children.push(w);
+      return w;
+    };
+    workers.push(...(await Promise.all(Array.from({ length: opts.workers }, startWorker))));
+    stopPump = pumpSendgridEvents(fakes.sendgrid, `${apiUrl}/hooks/sendgrid`, 500);
+
+    say(
+      `demo: ${opts.orders} orders (batch ${prefix}) → API ${apiUrl}, workers ${workers.map((w) => `${w.name} (pid ${w.pid})`).join(', ')}`,
+    );
+    say(
+      `demo: reserve → charge (Stripe) → receipt (SendGrid) ‖ sms (Twilio) → fulfil; logs in ${relative(process.env.INIT_CWD ?? process.cwd(), logDir) || logDir}`,
+    );
+
+    const stock = async () =>
+      (
+        await client.pool.query<{ n: number }>(
+          'SELECT coalesce(sum(available), 0)::int AS n FROM checkout.inventory',
+        )
+      ).rows[0]?.n ?? 0;
+    const stockBefore = await stock();
+
+    if (tty) {
+      multibar = new MultiBar(
+        {
+          format:
+            ' {bar} {value}/{total} runs done | {accepted} orders accepted | {killed} workers killed | {duration_formatted}',
+          hideCursor: true,
+          clearOnComplete: false,
+          barsize: 30,
+        },
+        Presets.shades_classic,
+      );
+      bar = multibar.create(opts.orders, 0, { accepted: 0, killed: 0 });
+    }
+
+    const chaos = startChaos({
+      client,
+      workers,
+      startWorker,
+      everyMs: opts.killEveryMs,
+      maxKills: opts.maxKills,
+      onKill: (victim, held, replacement) =>
+        say(
+          `demo: SIGKILL ${victim.name} (pid ${victim.pid}) holding ${held} step${held === 1 ? '' : 's'}; started ${replacement.name} (pid ${replacement.pid})`,
+        ),
+    });
+
+    // Faults: once the load is under way, pick the order just accepted; each provider does its
+    // work for it (charges, accepts the e-mail, creates the SMS) and then drops the response.
+    const faults = { order: '', announced: 0 };
+    let stripeFault: { readonly hits: number } | undefined;
+    const injectFaults = (orderId: string, runId: string) => {
+      if (!opts.faults || faults.order) return;
+      faults.order = orderId;
+      stripeFault = fakes.stripe.inject({
+        method: 'POST',
+        path: '/v1/payment_intents',
+        idempotencyKey: `${runId}:charge`,
+        fault: { type: 'drop_after_effect' },
+        // The Stripe SDK re-sends a request whose connection closed once by itself, with the
+        // same key (Stripe replays it); drop that answer too, so the step sees the loss.
+        times: 2,
+      });
+      fakes.sendgrid.inject(
+        { kind: 'reset', commit: true },
+        { match: (r) => r.rawBody.includes(`"order_id":"${orderId}"`) },
+      );
+      fakes.twilio.inject(
+        { kind: 'reset', commit: true },
+        { match: (r) => (r.form.get('Body') ?? '').includes(`Order ${orderId} `) },
+      );
+      say(
+        `demo: order ${orderId}: Stripe, SendGrid and Twilio will each do the work, then lose the response`,
+      );
+    };
+    /** Providers whose dropped response has happened. */
+    const faultsHit = () =>
+      !faults.order
+        ? []
+        : [
+            ...((stripeFault?.hits ?? 0) > 0 ? ['Stripe'] : []),
+            ...(fakes.sendgrid.pendingFaults === 0 ? ['SendGrid'] : []),
+            ...(fakes.twilio.pendingFaults === 0 ? ['Twilio'] : []),
+          ];
+
+    let accepted = 0;
+    let loadDone = false;
+    const load = runLoad({
+      apiUrl,
+      orders: opts.orders,
+      resend: opts.resend,
+      concurrency: opts.concurrency,
+      prefix,
+      onAccepted: (n, orderId, runId) => {
+        accepted = n;
+        if (n >= Math.max(1, Math.floor(opts.orders * 0.1))) injectFaults(orderId, runId);
+      },
+    }).finally(() => {
+      loadDone = true;
+    });
+
+    // Until every accepted order's run has finished (or the deadline).
+    const deadline = started + opts.timeoutMs;
+    let done = 0;
+    for (;;) {
+      const { rows } = await client.pool.query<{ done: number }>(
+        `SELECT count(*)::int AS done FROM checkout.orders o
+         JOIN cyclone.cyclone_runs r ON r.id = o.run_id
+         WHERE o.order_id LIKE $1 AND r.state <> 'running'`,
+        [`${prefix}-%`],
+      );
+      done = rows[0]?.done ?? 0;
+      bar?.update(done, { accepted, killed: chaos.killed.length });
+      const hit = faultsHit();
+      for (const provider of hit.slice(faults.announced)) {
+        say(`demo: ${provider} dropped its response for order ${faults.order} after the effect`);
+      }
+      faults.announced = hit.length;
+      if (loadDone && done >= accepted) break;
+      if (Date.now() > deadline || chaos.error) break;
+      await new Promise((r) => setTimeout(r, 300));
+    }
+    await chaos.stop();
+    const loadResult = await load;
+    await stopPump();
+    stopPump = undefined;
+    multibar?.stop();
+    multibar = undefined;
+    const timedOut = !(loadDone && done >= accepted);
+    if (chaos.error) say(`demo: could not start a replacement worker: ${chaos.error.message}`);
+    else if (timedOut) {
+      say(`demo: timed out after ${opts.timeoutMs / 1000} s with ${done} / ${accepted} runs done`);
+    }
+
+    const v = await verdict({
+      client,
+      fakes,
+      load: loadResult,
+      ordersSent: opts.orders,
+      prefix,
+      killedWorkerIds: [...chaos.killed],
+      killsWanted: opts.maxKills > 0,
+      faultsInjected: faults.order ? 3 : 0,
+      faultsHit: faultsHit().length,
+      stockBefore,
+      stockAfter: await stock(),
+      wallSeconds: (Date.now() - started) / 1000,
+    });
+    say('');
+    say(render(v));
+    const failed = v.checks.filter((c) => !c.ok);
+    if (chaos.error) {
+      failed.push({ name: 'workers replaced', ok: false, detail: chaos.error.message });
+    } else if (timedOut) {
+      failed.push({ name: 'finished in time', ok: false, detail: 'timed out' });
+    }
+    say(
+      failed.length === 0
+        ? `\nOK: every invariant holds. Look at the runs with \`pnpm cyclone runs --workflow checkout --limit 5\` and \`pnpm cyclone run <runId>\`.`
+        : `\nFAILED: ${failed.map((c) => `${c.name} (${c.detail})`).join('; ')}`,
+    );
+    if (opts.json)
+      say(`SUMMARY ${JSON.stringify({ ...v, ok: failed.length === 0, batch: prefix })}`);
+    return failed.length === 0 ? 0 : 1;
+  } finally {
+    multibar?.stop();
+    await stopPump?.();
+    await Promise.all(children.map((c) => c.stop()));
+    await fakes.close();
+    await client.close();
+    await db.stop();
+  }
+}
+
+/**
+ * Runs of an earlier demo that was interrupted are still `running`; their steps would call the
+ * new fakes (and the old demo's API URL is part of their SMS requests). Cancel them.
+ */
+async function cancelLeftovers(client: Client): Promise<number> {
+  const { rows } = await client.pool.query<{ run_id: string }>(
+    `SELECT o.run_id FROM checkout.orders o JOIN cyclone.cyclone_runs r ON r.id = o.run_id
+     WHERE r.state = 'running' AND o.order_id ~ '^ord-[0-9a-f]{6}-[0-9]{5}$'`,
+  );
+  for (const r of rows) await client.cancel(r.run_id);
+  return rows.length;
+}
+
+main().then(
+  (code) => process.exit(code),
+  (err) => {
+    process.stderr.write(`demo: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,60 @@
+/**
+ * A worker process: `pnpm --filter @cyclone/example-checkout worker`. Start as many as you like,
+ * on any host that reaches the database; they share the work through PostgreSQL only.
+ *
+ * Database: DATABASE_URL, else the embedded PostgreSQL under `.cyclone/` (reused when the API
+ * or the demo runs it). Providers: see providers.ts (the real services when their keys are set,
+ * else the fakes). Prints `READY <pid> <workerId>` on stdout once it claims work; SIGTERM or
+ * SIGINT stops it gracefully (in-flight steps finish).
+ *
+ * WORKER_CONCURRENCY (default 10) and WORKER_LEASE_MS (default 5,000) tune it; the demo uses
+ * short leases so that a killed worker's steps come back within seconds.
+ */
+import { Client, consoleLogger, Worker } from '@cyclone/core';
+import { resolveDatabase } from './db.js';
+import { providersFromEnv } from './providers.js';
+import { migrateCheckout } from './schema.js';
+import { checkoutWorkflow } from './workflow.js';
+
+const num = (name: string, def: number) => {
+  const v = Number(process.env[name] ?? def);
+  if (!Number.isFinite(v) || v <= 0) throw new Error(`${name} must be a positive number`);
+  return v;
+};
+
+const db = await resolveDatabase();
+const logger = consoleLogger((process.env.WORKER_LOG_LEVEL as 'warn' | undefined) ?? 'warn', {
+  pid: process.pid,
+});
+const client = new Client({ connectionString: db.connectionString, logger, poolSize: 4 });
+await migrateCheckout(client);
+const providers = providersFromEnv();
+const leaseMs = num('WORKER_LEASE_MS', 5_000);
+const worker = new Worker({
+  client,
+  workflows: [checkoutWorkflow(providers)],
+  concurrency: num('WORKER_CONCURRENCY', 10),
+  leaseMs,
+  sweepIntervalMs: Math.max(250, Math.round(leaseMs / 4)),
+  pollIntervalMs: 500,
+});
+await worker.start();
+for (const line of providers.describe) process.stderr.write(`worker ${process.pid}: ${line}\n`);
+process.stdout.write(`READY ${process.pid} ${worker.workerId}\n`);
+
+let stopping = false;
+async function shutdown(): Promise<void> {
+  if (stopping) return;
+  stopping = true;
+  await worker.stop({ graceMs: 5_000 });
+  await client.close();
+  await db.stop();
+  process.exit(0);
+}
+process.on('SIGTERM', () => void shutdown());
+process.on('SIGINT', () => void shutdown());
+if (process.env.EXIT_WITH_PARENT === '1') {
+  // Started by the demo: stop when it goes away (it holds our stdin).
+  process.stdin.on('end', () => void shutdown());
+  process.stdin.resume();
+}
