@@ -13,7 +13,13 @@ import { CompletionBatcher } from './completion-batcher.js';
 import type { Workflow } from './definitions.js';
 import { ConfigError } from './errors.js';
 import type { Logger } from './logger.js';
-import { CONNECT_TIMEOUT_MS, isConnectionError, MAX_TIMER_MS, sleep } from './pg-util.js';
+import {
+  CONNECT_TIMEOUT_MS,
+  isConnectionError,
+  MAX_TIMER_MS,
+  sleep,
+  withConnection,
+} from './pg-util.js';
 import * as sql from './sql.js';
 import { type ClaimedRow, runStep, type StepHandle } from './step-runner.js';
 
@@ -96,6 +102,8 @@ export class Worker {
   private timers: { t?: NodeJS.Timeout }[] = [];
   private listener: pg.Client | undefined;
   private readonly completions: CompletionBatcher;
+  /** Backend pid of the claim statement in flight, if any. */
+  private claimPid: number | undefined;
   /** `workflow/node` of every node this worker can run: it claims only those. */
   private readonly nodeKeys: string[];
 
@@ -197,10 +205,25 @@ export class Worker {
     }
     this.state = 'stopping';
     this.wake();
-    const graceMs = options.graceMs ?? 30_000;
+    // Longer than Node's timers take means "wait as long as it takes" (about 24.8 days).
+    const graceMs = Math.min(options.graceMs ?? 30_000, MAX_TIMER_MS);
     const stopDeadline = Date.now() + graceMs;
-    // The loop ends after its current claim; bounded by the grace period if the claim hangs.
-    await Promise.race([this.loopDone, sleep(graceMs)]);
+    // The loop ends after its current claim; bounded by the grace period if the claim hangs
+    // (say, behind an operator's lock): then the claim is cancelled, so that nothing it would
+    // have claimed runs on a stopped worker.
+    const loopEnded = await Promise.race([
+      this.loopDone?.then(() => true),
+      sleep(graceMs).then(() => false),
+    ]);
+    if (!loopEnded) {
+      const pid = this.claimPid;
+      if (pid) {
+        await withConnection(this.controlPool, (c) =>
+          c.query('SELECT pg_cancel_backend($1)', [pid]),
+        ).catch(() => {});
+      }
+      await Promise.race([this.loopDone, sleep(1_000)]);
+    }
     const listener = this.listener;
     this.listener = undefined;
     await listener?.end().catch(() => {});
@@ -299,13 +322,22 @@ export class Worker {
   }
 
   private async claim(limit: number): Promise<number> {
-    const { rows } = await this.controlPool.query<ClaimedRow>(sql.claim(this.client.q), [
-      [...this.workflows.keys()],
-      limit,
-      this.workerId,
-      this.leaseMs,
-      this.nodeKeys,
-    ]);
+    const rows = await withConnection(this.controlPool, async (c) => {
+      // Known while the statement runs, so that stop() can cancel a claim that hangs.
+      this.claimPid = (c as unknown as { processID?: number }).processID;
+      try {
+        const r = await c.query<ClaimedRow>(sql.claim(this.client.q), [
+          [...this.workflows.keys()],
+          limit,
+          this.workerId,
+          this.leaseMs,
+          this.nodeKeys,
+        ]);
+        return r.rows;
+      } finally {
+        this.claimPid = undefined;
+      }
+    });
     for (const row of rows) {
       this.stats.claimed++;
       // Keyed by attempt too: this worker may re-claim a node whose older attempt (its lease
@@ -408,6 +440,12 @@ export class Worker {
     try {
       await c.connect();
       await c.query(`LISTEN "${this.client.channel}"`);
+      if (this.state !== 'running') {
+        // stop() ran while this connection was being opened.
+        c.removeAllListeners('end');
+        await c.end().catch(() => {});
+        return;
+      }
       this.listener = c;
       // Work may have arrived while we were not listening.
       this.wake();
