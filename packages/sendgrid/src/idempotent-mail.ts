@@ -8,6 +8,7 @@
 import type { Context } from '@cyclone/core';
 import {
   DEFAULT_QUIET_PERIOD_MS,
+  InProgressError,
   idempotencyKey,
   once,
   type Reconcile,
@@ -237,12 +238,12 @@ function reconcileFromEvents(
     const withId = events.find((e) => e.messageId);
     if (events.length > 0) return { statusCode: 202, messageId: withId?.messageId ?? null };
     const started = info.callStartedAt?.getTime();
-    if (
-      assumeNotSentAfterMs !== undefined &&
-      started !== undefined &&
-      Date.now() - started >= assumeNotSentAfterMs
-    ) {
-      return undefined;
+    if (assumeNotSentAfterMs !== undefined && started !== undefined) {
+      const waited = Date.now() - started;
+      if (waited >= assumeNotSentAfterMs) return undefined;
+      // Not proven absent yet: a retryable "in progress", so the step comes back and looks again
+      // (events may arrive late) until `assumeNotSentAfterMs` has passed.
+      throw new InProgressError(info.ledgerKey, info.ownerAttempt, assumeNotSentAfterMs - waited);
     }
     throw new UnknownOutcomeError(
       info.ledgerKey,

@@ -8,6 +8,7 @@
  */
 import type { Context } from '@cyclone/core';
 import {
+  InProgressError,
   idempotencyKey,
   once,
   type Reconcile,
@@ -186,8 +187,10 @@ export function idempotentTwilio(
           ctx,
           {
             ...(options.scope !== undefined ? { scope: options.scope } : {}),
-            // The params as given (the `ck` tag depends on the generation, so it is not hashed).
-            request: { ...params, ...(base !== undefined ? { statusCallback: base } : {}) },
+            // The message as given, without the status callback: the callback URL is where we
+            // hear back (it changes with a deploy's public URL), not what is sent, so a retry
+            // after such a change is the same request. The `ck` tag depends on the generation.
+            request: withoutStatusCallback(params),
             provider: 'twilio',
             operation: 'POST /2010-04-01/Accounts/{AccountSid}/Messages.json',
             onUnknown,
@@ -259,15 +262,25 @@ function reconcileMessage(
         `${candidates.length} listed messages to ${params.to} match the body and time: ${candidates.map((m) => m.sid).join(', ')}`,
       );
     }
-    if (
-      options.assumeNotSentAfterMs !== undefined &&
-      info.callStartedAt &&
-      Date.now() - startedMs >= options.assumeNotSentAfterMs
-    ) {
-      return undefined;
+    if (options.assumeNotSentAfterMs !== undefined && info.callStartedAt) {
+      const waited = Date.now() - startedMs;
+      if (waited >= options.assumeNotSentAfterMs) return undefined;
+      // Not proven absent yet: a retryable "in progress", so the step comes back and looks again
+      // (the list may lag) until `assumeNotSentAfterMs` has passed.
+      throw new InProgressError(
+        info.ledgerKey,
+        info.ownerAttempt,
+        options.assumeNotSentAfterMs - waited,
+      );
     }
     throw unsure(
       `no status callback and no listed message to ${params.to} matches since ${new Date(since).toISOString()}`,
     );
   };
+}
+
+/** The create params without `statusCallback` (see the request hash in `messages.create`). */
+function withoutStatusCallback(params: MessageListInstanceCreateOptions): Record<string, unknown> {
+  const { statusCallback: _ignored, ...rest } = params;
+  return rest;
 }
