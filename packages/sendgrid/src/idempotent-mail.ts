@@ -38,8 +38,9 @@ export interface SentMail {
  * - `'fail'` (default): discard the step with `UnknownOutcomeError` for an operator. Never a
  *   duplicate; a human checks SendGrid (Activity, or the events table) and resolves the key.
  * - `'reconcile'`: look the key up in the Event Webhook table (see `eventWebhookListener`): an
- *   event found → `succeeded` with its X-Message-Id, no send; none → `UnknownOutcomeError` (or a
- *   re-send once `assumeNotSentAfterMs` has passed, if set).
+ *   event found → `succeeded` with its X-Message-Id, no send; none → `UnknownOutcomeError`, or,
+ *   with `assumeNotSentAfterMs` set, a retryable `InProgressError` (the step looks again after its
+ *   backoff) until that time has passed, then a re-send.
  * - `'recall'`: send again — **at least once**: the recipient may get the e-mail twice. Opt in
  *   only where a duplicate is acceptable.
  * - a reconcile function of your own (`@cyclone/idempotency`'s `Reconcile`): resolve the
@@ -63,8 +64,9 @@ export interface IdempotentMailOptions {
    */
   events?: SendgridDb;
   /**
-   * With `'reconcile'`: when no event of the key has arrived this long after the send started,
-   * treat the e-mail as not sent and send it again. Default: never (an operator decides). Set it
+   * With `'reconcile'`: when no event of the key has arrived this long (ms) after the send started,
+   * treat the e-mail as not sent and send it again; before that, no event is a retryable
+   * `InProgressError`, so the step keeps looking. Default: never (an operator decides). Set it
    * only when the Event Webhook is known to work: SendGrid usually posts `processed` within
    * seconds, but a broken webhook would then turn every unknown outcome into a duplicate.
    */

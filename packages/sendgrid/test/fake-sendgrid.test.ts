@@ -161,6 +161,20 @@ describe('FakeSendGrid with the real SDK', () => {
     expect(fake.effects).toBe(2);
   });
 
+  it('start({ port }) listens on that port: a fake started again there serves a mail service made before; a taken port is EADDRINUSE', async () => {
+    const { port, baseUrl } = fake;
+    expect(port).toBeGreaterThan(0); // default: a free port
+    const mail = fake.mailService(); // bound to this base URL; no request before the restart
+    await fake.close();
+    fake = await FakeSendGrid.start({ port });
+    expect(fake.port).toBe(port);
+    expect(fake.baseUrl).toBe(baseUrl);
+    const [res] = await mail.send(msg());
+    expect(res.statusCode).toBe(202);
+    expect(fake.effects).toBe(1);
+    await expect(FakeSendGrid.start({ port })).rejects.toMatchObject({ code: 'EADDRINUSE' });
+  });
+
   it('faults apply in order, `times` times, to their route only', async () => {
     fake.inject({ kind: 'status', status: 503 }, { times: 2 });
     expect(fake.pendingFaults).toBe(2);

@@ -5,7 +5,7 @@
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { Client } from '@cyclone/core';
+import { Client, type StepInfo } from '@cyclone/core';
 import { getLedgerEntry, resolveKey } from '@cyclone/idempotency';
 import { waitFor } from '@cyclone/testkit';
 import { oneStep, runOnce, startWorker, stepOf } from '@cyclone/testkit-engine';
@@ -400,5 +400,112 @@ describe('idempotentMail', () => {
     expect(left).toBeGreaterThan(4_000);
     expect(left).toBeLessThanOrEqual(6_000);
     expect(captured).toEqual([1, 2]);
+  });
+});
+
+/** The "in progress" errors of a step (a reconcile that will look again), with their `ms left`. */
+const inProgress = (step: StepInfo) =>
+  step.errors
+    .filter((e) => /may still be in progress/.test(e.message))
+    .map((e) => ({ ...e, left: Number(/\((\d+) ms left\)/.exec(e.message)?.[1]) }));
+
+describe("idempotentMail: 'reconcile' with assumeNotSentAfterMs", () => {
+  it('no event before it has passed is "in progress" (retryable): the step looks again, and the late event settles it, no resend (fault: effect then reset)', async () => {
+    fake.inject({ kind: 'reset', commit: true });
+    const wf = oneStep(
+      name('keep_looking'),
+      async (ctx) =>
+        idempotentMail(fake.mailService(), ctx, {
+          onUnknown: 'reconcile',
+          quietPeriodMs: 0,
+          assumeNotSentAfterMs: 60_000,
+        }).send(receipt()),
+      { maxAttempts: 100, backoff: () => 100 },
+    );
+    const worker = await startWorker(client, [wf]);
+    try {
+      const { runId } = await client.submit(wf, {});
+      // The Event Webhook is late: the step keeps looking (or, wrongly, stops).
+      const step = await waitFor(
+        'two "in progress" looks (or a settled step)',
+        async () => {
+          const s = await stepOf(client, runId);
+          const settled =
+            s.state === 'completed' || s.state === 'discarded' || s.state === 'cancelled';
+          return inProgress(s).length >= 2 || settled ? s : undefined;
+        },
+        { timeoutMs: 10_000 },
+      );
+      const [first, ...looks] = step.errors;
+      expect(first?.message).toMatch(/may or may not have taken effect \(ECONNRESET\)/);
+      expect(looks.map((e) => e.kind)).toEqual(looks.map(() => 'error')); // never non_retryable
+      expect(inProgress(step)).toHaveLength(looks.length);
+      for (const e of inProgress(step)) {
+        // Retry after = what is left of assumeNotSentAfterMs (the quiet period is 0).
+        expect(e.left).toBeGreaterThan(50_000);
+        expect(e.left).toBeLessThanOrEqual(60_000);
+      }
+
+      // SendGrid's events arrive: the next look finds them.
+      const d = await fake.deliverEvents(hookUrl, { types: ['processed'] });
+      expect(d.status).toBe(200);
+      const run = await client.waitForRun(runId, { timeoutMs: 10_000, pollMs: 25 });
+      expect(run.state).toBe('completed');
+      const messageId = fake.sent[0]?.messageId;
+      expect(run.steps[0]?.output).toEqual({ statusCode: 202, messageId });
+      expect(fake.sendRequests).toHaveLength(1);
+      expect(fake.effects).toBe(1);
+      expect(await getLedgerEntry(client, `${runId}:send`)).toMatchObject({
+        phase: 'succeeded',
+        providerRef: messageId,
+        calls: 1,
+      });
+    } finally {
+      await worker.stop();
+    }
+  });
+
+  it('once it has passed with no event, the e-mail is sent again under the same key; not before (fault: reset before the effect)', async () => {
+    fake.inject({ kind: 'reset', commit: false });
+    const assumeNotSentAfterMs = 600;
+    const wf = oneStep(
+      name('assume'),
+      async (ctx) =>
+        idempotentMail(fake.mailService(), ctx, {
+          onUnknown: 'reconcile',
+          quietPeriodMs: 0,
+          assumeNotSentAfterMs,
+        }).send(receipt()),
+      { maxAttempts: 50, backoff: () => 100 },
+    );
+    const run = await runOnce(client, wf, {});
+    expect(run.state).toBe('completed');
+    const step = await stepOf(client, run.runId);
+    const [first, ...looks] = step.errors;
+    expect(first?.message).toMatch(/may or may not have taken effect \(ECONNRESET\)/);
+    expect(looks.length).toBeGreaterThanOrEqual(1);
+    expect(looks.map((e) => e.kind)).toEqual(looks.map(() => 'error'));
+    expect(inProgress(step)).toHaveLength(looks.length);
+    for (const e of inProgress(step)) {
+      expect(e.left).toBeGreaterThan(0);
+      expect(e.left).toBeLessThanOrEqual(assumeNotSentAfterMs);
+    }
+    const key = `${run.runId}:send`;
+    const [call1, call2] = fake.sendRequests;
+    expect(fake.sendRequests).toHaveLength(2);
+    expect(fake.effects).toBe(1);
+    expect(wireKeys()).toEqual([key, key]);
+    // The second POST came once assumeNotSentAfterMs had passed since the first call started
+    // (stamped just before the first request; 50 ms for clock reading granularity).
+    expect((call2?.at.getTime() ?? 0) - (call1?.at.getTime() ?? 0)).toBeGreaterThanOrEqual(
+      assumeNotSentAfterMs - 50,
+    );
+    const messageId = fake.sent[0]?.messageId;
+    expect(run.steps[0]?.output).toEqual({ statusCode: 202, messageId });
+    expect(await getLedgerEntry(client, key)).toMatchObject({
+      phase: 'succeeded',
+      providerRef: messageId,
+      calls: 2,
+    });
   });
 });

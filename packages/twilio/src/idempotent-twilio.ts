@@ -49,7 +49,8 @@ export interface SentSms {
  *   `To`/`From` and `DateSent`, matching the body and a creation time after the call started.
  *   Exactly one message → `succeeded` with it, no send. Several → `UnknownOutcomeError` for an
  *   operator. None → `UnknownOutcomeError` too (a queued message has no `DateSent` yet and the
- *   list may lag), unless `assumeNotSentAfterMs` has passed: then it is sent again.
+ *   list may lag); with `assumeNotSentAfterMs` set, none is a retryable `InProgressError` (the
+ *   step looks again after its backoff) until that time has passed, then it is sent again.
  * - `'fail'`: discard the step with `UnknownOutcomeError` for an operator, without looking.
  * - `'recall'`: send again — **at least once**: the recipient may get the SMS twice.
  * - a reconcile function of your own (`@cyclone/idempotency`'s `Reconcile`).
@@ -83,8 +84,9 @@ export interface IdempotentTwilioOptions {
   /** Most messages the reconciling list reads. Default 200. */
   listLimit?: number;
   /**
-   * With `'reconcile'`: when neither a callback nor a listed message is found this long after the
-   * call started, treat the SMS as not sent and send it again. Default: never (an operator
+   * With `'reconcile'`: when neither a callback nor a listed message is found this long (ms) after
+   * the call started, treat the SMS as not sent and send it again; before that, finding nothing
+   * is a retryable `InProgressError`, so the step keeps looking. Default: never (an operator
    * decides). Twilio lists a message by `DateSent` only once it is sent, so keep this well above
    * your worst queueing delay.
    */

@@ -178,6 +178,19 @@ describe('FakeTwilio with the real SDK', () => {
     expect(err).toMatchObject({ status: 404, code: 20404 });
   });
 
+  it('start({ port }) listens on that port: a fake started again there serves a client made before; a taken port is EADDRINUSE', async () => {
+    const { port, origin, accountSid, authToken } = fake;
+    expect(port).toBeGreaterThan(0); // default: a free port
+    const c = fake.client(); // bound to this origin; no request before the restart
+    await fake.close();
+    fake = await FakeTwilio.start({ port, accountSid, authToken });
+    expect(fake.port).toBe(port);
+    expect(fake.origin).toBe(origin);
+    await c.messages.create({ to: TO, from: FROM, body: 'x' });
+    expect(fake.effects).toBe(1);
+    await expect(FakeTwilio.start({ port })).rejects.toMatchObject({ code: 'EADDRINUSE' });
+  });
+
   it('faults can target the list route', async () => {
     fake.inject({ kind: 'status', status: 500 }, { route: 'list' });
     const c = fake.client();

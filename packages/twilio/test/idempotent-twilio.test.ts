@@ -6,9 +6,9 @@
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { Client } from '@cyclone/core';
+import { Client, type StepInfo } from '@cyclone/core';
 import { getLedgerEntry, resolveKey } from '@cyclone/idempotency';
-import { waitFor } from '@cyclone/testkit';
+import { deferred, waitFor } from '@cyclone/testkit';
 import { oneStep, runOnce, startWorker, stepOf } from '@cyclone/testkit-engine';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import {
@@ -315,5 +315,204 @@ describe('idempotentTwilio', () => {
     expect(left).toBeGreaterThan(4_000); // 1,000 ms timeout + 5,000 ms margin, minus elapsed
     expect(left).toBeLessThanOrEqual(6_000);
     expect(fake.createRequests).toHaveLength(1);
+  });
+});
+
+/** The "in progress" errors of a step (a reconcile that will look again), with their `ms left`. */
+const inProgress = (step: StepInfo) =>
+  step.errors
+    .filter((e) => /may still be in progress/.test(e.message))
+    .map((e) => ({ ...e, left: Number(/\((\d+) ms left\)/.exec(e.message)?.[1]) }));
+
+/** Polls a running step until it has `looks` "in progress" errors, or until it is settled. */
+const waitForLooks = (runId: string, looks: number) =>
+  waitFor(
+    `${looks} "in progress" looks (or a settled step)`,
+    async () => {
+      const s = await stepOf(client, runId);
+      const settled = s.state === 'completed' || s.state === 'discarded' || s.state === 'cancelled';
+      return inProgress(s).length >= looks || settled ? s : undefined;
+    },
+    { timeoutMs: 10_000 },
+  );
+
+describe('idempotentTwilio: the status callback URL is not part of the request', () => {
+  it("a retry after a deploy changed the public callback URL is the same request: the old URL's callback settles it, one message (fault: effect then reset)", async () => {
+    // Blue/green: the old deployment still answers its URL (same database) while the new one
+    // runs the retry. Twilio keeps calling the URL it was given at create.
+    const OLD_PUBLIC = 'https://old.app.example.com';
+    const old = createServer((req, res) => {
+      void statusCallbackListener({ pool: client.pool, authToken, publicUrl: OLD_PUBLIC })(
+        req,
+        res,
+      );
+    });
+    await new Promise<void>((r) => old.listen(0, '127.0.0.1', () => r()));
+    const oldOrigin = `http://127.0.0.1:${(old.address() as AddressInfo).port}`;
+    const callbackIn = deferred();
+    try {
+      await startFake({
+        callbackTarget: (u) => u.replace(OLD_PUBLIC, oldOrigin).replace(PUBLIC, appOrigin),
+      });
+      fake.inject({ kind: 'reset', commit: true });
+      fake.seedMessage({ ...sms }); // a twin: the list alone would be ambiguous
+      const wf = oneStep(name('deploy'), async (ctx) => {
+        // Attempt 1 ran before the deploy; the retry runs after it, once the callback is in.
+        if (ctx.attempt > 1) await callbackIn.promise;
+        return idempotentTwilio(fake.client(), ctx, {
+          statusCallback: `${ctx.attempt === 1 ? OLD_PUBLIC : PUBLIC}/hooks/twilio/status`,
+          quietPeriodMs: 0,
+        }).messages.create(sms);
+      });
+      const worker = await startWorker(client, [wf]);
+      try {
+        const { runId } = await client.submit(wf, {});
+        const key = `${runId}:send`;
+        await waitFor('the callback to the old URL', async () => {
+          return (await callbacksForKey(client, key)).length > 0;
+        });
+        callbackIn.resolve();
+        const run = await client.waitForRun(runId, { timeoutMs: 10_000, pollMs: 25 });
+        // Only the lost response: no IdempotencyMismatchError on the retry.
+        expect(run.steps[0]?.errors.map((e) => e.message)).toEqual([
+          expect.stringMatching(/ECONNRESET/),
+        ]);
+        expect(run.state).toBe('completed');
+        const msg = fake.created[0];
+        expect(run.steps[0]?.output).toMatchObject({ sid: msg?.sid });
+        expect(fake.createRequests).toHaveLength(1);
+        expect(msg?.statusCallback).toBe(
+          `${OLD_PUBLIC}/hooks/twilio/status?ck=${encodeURIComponent(key)}`,
+        );
+        expect(fake.requests.filter((r) => r.route === 'fetch')).toHaveLength(1);
+        expect(fake.requests.filter((r) => r.route === 'list')).toHaveLength(0);
+        expect(fake.callbacks.map((c) => c.status)).toEqual([204]);
+        expect(await getLedgerEntry(client, key)).toMatchObject({
+          phase: 'succeeded',
+          providerRef: msg?.sid,
+          calls: 1,
+        });
+      } finally {
+        callbackIn.resolve();
+        await worker.stop();
+      }
+    } finally {
+      await fake.idle();
+      await new Promise((r) => old.close(r));
+    }
+  });
+
+  it('a statusCallback in the params that changed between attempts is the same request too (fault: effect then reset)', async () => {
+    fake.inject({ kind: 'reset', commit: true });
+    const wf = oneStep(name('params_cb'), async (ctx) =>
+      idempotentTwilio(fake.client(), ctx, { quietPeriodMs: 0 }).messages.create({
+        ...sms,
+        statusCallback: `${HOOK}?release=${ctx.attempt === 1 ? 'r1' : 'r2'}`,
+      }),
+    );
+    const run = await runOnce(client, wf, {});
+    expect(run.steps[0]?.errors.map((e) => e.message)).toEqual([
+      expect.stringMatching(/ECONNRESET/),
+    ]);
+    expect(run.state).toBe('completed');
+    const msg = fake.created[0];
+    expect(run.steps[0]?.output).toMatchObject({ sid: msg?.sid });
+    expect(fake.createRequests).toHaveLength(1);
+    expect(new URL(msg?.statusCallback ?? '').searchParams.get('release')).toBe('r1');
+    expect(await getLedgerEntry(client, `${run.runId}:send`)).toMatchObject({
+      phase: 'succeeded',
+      providerRef: msg?.sid,
+      calls: 1,
+    });
+  });
+});
+
+describe('idempotentTwilio: reconcile with assumeNotSentAfterMs', () => {
+  it('nothing found before it has passed is "in progress" (retryable): the step looks again, and the message found later settles it, no resend (fault: effect then reset, not yet sent)', async () => {
+    await startFake({ autoAdvance: 'none' }); // queued: no DateSent, invisible to the list
+    fake.inject({ kind: 'reset', commit: true });
+    const wf = oneStep(
+      name('keep_looking'),
+      async (ctx) =>
+        idempotentTwilio(fake.client(), ctx, {
+          quietPeriodMs: 0,
+          assumeNotSentAfterMs: 60_000,
+        }).messages.create(sms),
+      { maxAttempts: 100, backoff: () => 100 },
+    );
+    const worker = await startWorker(client, [wf]);
+    try {
+      const { runId } = await client.submit(wf, {});
+      const step = await waitForLooks(runId, 2);
+      const [first, ...looks] = step.errors;
+      expect(first?.message).toMatch(/ECONNRESET/);
+      expect(looks.map((e) => e.kind)).toEqual(looks.map(() => 'error')); // never non_retryable
+      expect(inProgress(step)).toHaveLength(looks.length);
+      for (const e of inProgress(step)) {
+        // Retry after = what is left of assumeNotSentAfterMs (the quiet period is 0).
+        expect(e.left).toBeGreaterThan(50_000);
+        expect(e.left).toBeLessThanOrEqual(60_000);
+      }
+      expect(fake.requests.filter((r) => r.route === 'list').length).toBeGreaterThanOrEqual(2);
+
+      // Twilio sends it: the next look finds it in the list.
+      const msg = fake.created[0] as (typeof fake.created)[number];
+      await fake.advance(msg.sid, 'sent');
+      const run = await client.waitForRun(runId, { timeoutMs: 10_000, pollMs: 25 });
+      expect(run.state).toBe('completed');
+      expect(run.steps[0]?.output).toMatchObject({ sid: msg.sid, status: 'sent' });
+      expect(fake.createRequests).toHaveLength(1);
+      expect(fake.effects).toBe(1);
+      expect(await getLedgerEntry(client, `${runId}:send`)).toMatchObject({
+        phase: 'succeeded',
+        providerRef: msg.sid,
+        calls: 1,
+      });
+    } finally {
+      await worker.stop();
+    }
+  });
+
+  it('once it has passed with nothing found, the SMS is sent again under the same key; not before (fault: reset before the effect)', async () => {
+    fake.inject({ kind: 'reset', commit: false });
+    const assumeNotSentAfterMs = 600;
+    const wf = oneStep(
+      name('assume'),
+      async (ctx) =>
+        idempotentTwilio(fake.client(), ctx, {
+          statusCallback: HOOK,
+          quietPeriodMs: 0,
+          assumeNotSentAfterMs,
+        }).messages.create(sms),
+      { maxAttempts: 50, backoff: () => 100 },
+    );
+    const run = await runOnce(client, wf, {});
+    expect(run.state).toBe('completed');
+    const step = await stepOf(client, run.runId);
+    const [first, ...looks] = step.errors;
+    expect(first?.message).toMatch(/ECONNRESET/);
+    expect(looks.length).toBeGreaterThanOrEqual(1);
+    expect(looks.map((e) => e.kind)).toEqual(looks.map(() => 'error'));
+    expect(inProgress(step)).toHaveLength(looks.length);
+    for (const e of inProgress(step)) {
+      expect(e.left).toBeGreaterThan(0);
+      expect(e.left).toBeLessThanOrEqual(assumeNotSentAfterMs);
+    }
+    const key = `${run.runId}:send`;
+    const [call1, call2] = fake.createRequests;
+    expect(fake.createRequests).toHaveLength(2);
+    expect(fake.effects).toBe(1);
+    expect(wireKeys()).toEqual([key, key]);
+    // The second create came once assumeNotSentAfterMs had passed since the first call started
+    // (stamped just before the first request; 50 ms for clock reading granularity).
+    expect((call2?.at.getTime() ?? 0) - (call1?.at.getTime() ?? 0)).toBeGreaterThanOrEqual(
+      assumeNotSentAfterMs - 50,
+    );
+    expect(run.steps[0]?.output).toMatchObject({ sid: fake.created[0]?.sid });
+    expect(await getLedgerEntry(client, key)).toMatchObject({
+      phase: 'succeeded',
+      providerRef: fake.created[0]?.sid,
+      calls: 2,
+    });
   });
 });

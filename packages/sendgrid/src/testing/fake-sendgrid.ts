@@ -59,6 +59,12 @@ export interface FakeSendGridOptions {
    * `timestamp + body`); the public key is then `verificationKey`. Default false.
    */
   signEvents?: boolean;
+  /**
+   * The port to listen on, on 127.0.0.1. Default 0: a free port chosen by the OS. A fixed port
+   * gives a stable `baseUrl`, e.g. to start a fake again at the address a mail service or a
+   * child process already has.
+   */
+  port?: number;
 }
 
 /** Result of one Event Webhook POST made by `deliverEvents`. */
@@ -118,10 +124,13 @@ export class FakeSendGrid extends LoopbackFake<SendGridRoute> {
     }
   }
 
-  /** Starts a fake on 127.0.0.1 with a free port. */
+  /**
+   * Starts a fake on 127.0.0.1, on `options.port` (default: a free port).
+   * @throws the listen error, e.g. `EADDRINUSE` when `options.port` is taken.
+   */
   static async start(options: FakeSendGridOptions = {}): Promise<FakeSendGrid> {
     const fake = new FakeSendGrid(options);
-    await fake.server.listen(0);
+    await fake.server.listen(options.port ?? 0);
     return fake;
   }
 

@@ -88,6 +88,12 @@ export interface FakeTwilioOptions {
    * computed over the original URL, as Twilio signs the URL it was given. Default: unchanged.
    */
   callbackTarget?: (url: string) => string;
+  /**
+   * The port to listen on, on 127.0.0.1. Default 0: a free port chosen by the OS. A fixed port
+   * gives a stable `origin`, e.g. to start a fake again at the address a client or a child
+   * process already has.
+   */
+  port?: number;
 }
 
 const API = '/2010-04-01';
@@ -186,10 +192,13 @@ export class FakeTwilio extends LoopbackFake<TwilioRoute> {
     this.callbackTarget = options.callbackTarget ?? ((u) => u);
   }
 
-  /** Starts a fake on 127.0.0.1 with a free port. */
+  /**
+   * Starts a fake on 127.0.0.1, on `options.port` (default: a free port).
+   * @throws the listen error, e.g. `EADDRINUSE` when `options.port` is taken.
+   */
   static async start(options: FakeTwilioOptions = {}): Promise<FakeTwilio> {
     const fake = new FakeTwilio(options);
-    await fake.server.listen(0);
+    await fake.server.listen(options.port ?? 0);
     return fake;
   }
 
