@@ -95,7 +95,7 @@ export type RunSummary = Omit<RunInfo, 'steps' | 'input'> & {
 /** Options of `Client`. Give `connectionString` or `pool`. */
 export interface ClientOptions {
   /** A PostgreSQL URL; the client then owns a pool (`poolSize` connections) and closes it. */
-  connectionString?: string;
+  connectionString?: string | undefined;
   /** A pool of the caller's; `close()` leaves it open. */
   pool?: pg.Pool;
   /** Connections of an owned pool. Default 10. */

@@ -55,3 +55,27 @@ export async function withConnection<T>(
     c.release(lost ?? (isConnectionError(failed) ? (failed as Error) : undefined));
   }
 }
+
+/**
+ * Waits for `p` for at most `ms` milliseconds; the timer is cleared as soon as `p` settles, so a
+ * bounded wait never keeps the process alive.
+ * @returns true when `p` settled (resolved or rejected) in time, false when the time ran out.
+ */
+export async function settlesWithin(p: Promise<unknown> | undefined, ms: number): Promise<boolean> {
+  if (!p) return true;
+  let timer: NodeJS.Timeout | undefined;
+  const timedOut = new Promise<false>((resolve) => {
+    timer = setTimeout(() => resolve(false), Math.min(Math.max(0, ms), MAX_TIMER_MS));
+  });
+  try {
+    return await Promise.race([
+      p.then(
+        () => true,
+        () => true,
+      ),
+      timedOut,
+    ]);
+  } finally {
+    clearTimeout(timer);
+  }
+}

@@ -17,6 +17,7 @@ import {
   CONNECT_TIMEOUT_MS,
   isConnectionError,
   MAX_TIMER_MS,
+  settlesWithin,
   sleep,
   withConnection,
 } from './pg-util.js';
@@ -211,10 +212,7 @@ export class Worker {
     // The loop ends after its current claim; bounded by the grace period if the claim hangs
     // (say, behind an operator's lock): then the claim is cancelled, so that nothing it would
     // have claimed runs on a stopped worker.
-    const loopEnded = await Promise.race([
-      this.loopDone?.then(() => true),
-      sleep(graceMs).then(() => false),
-    ]);
+    const loopEnded = await settlesWithin(this.loopDone, graceMs);
     if (!loopEnded) {
       const pid = this.claimPid;
       if (pid) {
@@ -222,21 +220,13 @@ export class Worker {
           c.query('SELECT pg_cancel_backend($1)', [pid]),
         ).catch(() => {});
       }
-      await Promise.race([this.loopDone, sleep(1_000)]);
+      await settlesWithin(this.loopDone, 1_000);
     }
     const listener = this.listener;
     this.listener = undefined;
     await listener?.end().catch(() => {});
     const drained = Promise.all([...this.inflight.values()].map((h) => h.done));
-    let graceTimer: NodeJS.Timeout | undefined;
-    const timedOut = await Promise.race([
-      drained.then(() => false),
-      new Promise<boolean>((r) => {
-        graceTimer = setTimeout(() => r(true), Math.max(0, stopDeadline - Date.now()));
-      }),
-    ]);
-    clearTimeout(graceTimer);
-    if (timedOut) {
+    if (!(await settlesWithin(drained, stopDeadline - Date.now()))) {
       this.log.warn(
         { steps: this.inflight.size },
         'grace period over: aborting in-flight handlers',
@@ -251,7 +241,7 @@ export class Worker {
       // A statement still blocked (say, behind an operator's lock) keeps its connection; the pool
       // closes it when the statement returns, and stop() does not wait past its deadline for it.
       const ended = Promise.all([this.pool.end(), this.controlPool.end()]);
-      await Promise.race([ended, sleep(Math.max(1_000, stopDeadline - Date.now()))]);
+      await settlesWithin(ended, Math.max(1_000, stopDeadline - Date.now()));
     }
     this.log.info({ ...this.stats }, 'worker stopped');
   }
