@@ -7,7 +7,7 @@
 // (paths relative to the working directory: the package's, under pnpm). Core's migrations are
 // the repository's migrations/ folder; idempotency's and the adapters' are their own. Each
 // package has a test that checks its generated file equals `render(dir)`.
-import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -29,5 +29,9 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
     console.error('usage: node scripts/embed-migrations.mjs <migrations dir> <output file>');
     process.exit(2);
   }
-  writeFileSync(out, render(dir));
+  // Unchanged: leave the file alone, so that a build running beside tests that import it from
+  // source (the consumer test builds while other test files run) never shows them a half-written
+  // file.
+  const next = render(dir);
+  if (!existsSync(out) || readFileSync(out, 'utf8') !== next) writeFileSync(out, next);
 }

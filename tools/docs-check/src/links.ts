@@ -1,0 +1,34 @@
+/**
+ * Relative links of a Markdown file that point nowhere: `[text](path)` and `[text](path#anchor)`
+ * whose path, resolved from the file's folder, does not exist. External links (`https:`,
+ * `mailto:`) and in-page anchors (`#…`) are not checked; links inside code are ignored.
+ */
+import { existsSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+
+export interface BrokenLink {
+  file: string;
+  line: number;
+  target: string;
+}
+
+const LINK = /\[[^\]]*\]\(([^)\s]+)(?:\s+"[^"]*")?\)/g;
+
+/** The broken relative links of `markdown`, the content of the file at `path`. */
+export function brokenLinks(markdown: string, path: string): BrokenLink[] {
+  const broken: BrokenLink[] = [];
+  let inFence = false;
+  markdown.split('\n').forEach((text, i) => {
+    if (/^\s*(`{3,}|~{3,})/.test(text)) inFence = !inFence;
+    if (inFence) return;
+    const prose = text.replace(/`[^`]*`/g, '');
+    for (const m of prose.matchAll(LINK)) {
+      const target = m[1] ?? '';
+      if (/^[a-z][a-z0-9+.-]*:/i.test(target) || target.startsWith('#')) continue;
+      const file = decodeURIComponent(target.split('#')[0] ?? '');
+      if (!existsSync(resolve(dirname(path), file)))
+        broken.push({ file: path, line: i + 1, target });
+    }
+  });
+  return broken;
+}
