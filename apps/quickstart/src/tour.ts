@@ -3,6 +3,7 @@
  * Uses DATABASE_URL, or else the embedded PostgreSQL under .cyclone/. Keep it in step with the
  * README's "A tour of the API" (the typecheck compiles this file).
  */
+import { resolve } from 'node:path';
 import { Client, NonRetryableError, newAction, newWorkflow, Worker } from '@cyclone/core';
 import { resolveDatabaseUrl } from '@cyclone/core/embedded';
 import { z } from 'zod';
@@ -46,7 +47,10 @@ const Checkout = newWorkflow('checkout', {
   },
 });
 
-const { connectionString, stop } = await resolveDatabaseUrl();
+// .cyclone/ where the command was typed (pnpm runs scripts in the package's folder; INIT_CWD).
+const { connectionString, stop } = await resolveDatabaseUrl({
+  dir: resolve(process.env.INIT_CWD ?? process.cwd(), '.cyclone'),
+});
 const client = new Client({ connectionString });
 await client.migrate(); // or `cyclone migrate`
 await client.pool.query(
