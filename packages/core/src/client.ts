@@ -16,7 +16,7 @@ import {
   type ValidationIssue,
   WaitTimeoutError,
 } from './errors.js';
-import { DEFAULT_MAX_PAYLOAD_BYTES, encodePayload, hashJson } from './json.js';
+import { DEFAULT_MAX_PAYLOAD_BYTES, encodePayload, hashJson, isStorableText } from './json.js';
 import { type Logger, silentLogger } from './logger.js';
 import { migrateCore } from './migrate.js';
 import { CONNECT_TIMEOUT_MS, withConnection } from './pg-util.js';
@@ -223,7 +223,7 @@ export class Client {
    * Submits at most one run per `(workflow, key)`: returns the existing run when the key has
    * one (`created: false`). Deduplicated by a unique index, never by an advisory lock
    * (ARCHITECTURE.md § Pitfalls).
-   * @param key any non-empty string without NUL, at most 4,096 bytes.
+   * @param key any non-empty string without NUL or lone UTF-16 surrogates, at most 4,096 bytes.
    * @throws SubmitKeyConflictError when the key's run has a different input;
    *   InputValidationError as `submit`.
    */
@@ -236,13 +236,14 @@ export class Client {
     if (
       typeof key !== 'string' ||
       key.length === 0 ||
-      key.includes('\u0000') ||
+      // A lone surrogate would be stored as U+FFFD, so two different keys could collide.
+      !isStorableText(key) ||
       Buffer.byteLength(key) > MAX_KEY_BYTES
     ) {
       throw new InputValidationError(workflow.name, [
         {
           path: ['key'],
-          message: `submit key must be a non-empty string without NUL characters, at most ${MAX_KEY_BYTES} bytes`,
+          message: `submit key must be a non-empty string without NUL characters or lone surrogates, at most ${MAX_KEY_BYTES} bytes`,
         },
       ]);
     }
@@ -343,9 +344,15 @@ export class Client {
     return { ...toSummary(r), input: r.input, steps: steps.rows.map(toStep) };
   }
 
-  /** Runs, newest first, filtered by state and workflow. */
+  /**
+   * Runs, newest first, filtered by state and workflow. A `limit` that is not a finite number
+   * counts as the default; a workflow name PostgreSQL cannot store (NUL, lone surrogates) matches
+   * no run.
+   */
   async listRuns(options: ListRunsOptions = {}): Promise<RunSummary[]> {
-    const limit = Math.min(Math.max(1, Math.trunc(options.limit ?? 50)), 1000);
+    const asked = Number(options.limit ?? 50);
+    const limit = Math.min(Math.max(1, Math.trunc(Number.isFinite(asked) ? asked : 50)), 1000);
+    if (options.workflow !== undefined && !isStorableText(String(options.workflow))) return [];
     const { rows } = await this.pool.query(
       `SELECT id, workflow, state, submit_key, steps_remaining, created_at, updated_at, completed_at
        FROM ${this.q}.cyclone_runs
@@ -402,6 +409,10 @@ export class Client {
     if (!isUuid(runId)) throw new RunNotFoundError(String(runId));
     return this.inRunTx(runId, async (c, run) => {
       if (node !== undefined) {
+        // No node can have a name PostgreSQL cannot store (NUL, lone surrogates).
+        if (typeof node !== 'string' || !isStorableText(node)) {
+          throw new NodeNotFoundError(runId, String(node));
+        }
         const s = await c.query<{ state: string }>(
           `SELECT state FROM ${this.q}.cyclone_steps WHERE run_id = $1 AND node = $2 FOR UPDATE`,
           [runId, node],

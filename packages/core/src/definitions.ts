@@ -235,7 +235,14 @@ export function newWorkflow<RI = unknown>(name: string, spec: WorkflowSpec<RI>):
   for (const n of names) {
     checkName('node', name, n);
     const s = spec.nodes[n];
-    if (!s || typeof s !== 'object' || !s.action || s.action.kind !== 'action') {
+    if (
+      !s ||
+      typeof s !== 'object' ||
+      !s.action ||
+      s.action.kind !== 'action' ||
+      typeof s.action.handler !== 'function' ||
+      typeof s.action.name !== 'string'
+    ) {
       throw new WorkflowDefinitionError(name, `node '${n}' needs an action made by newAction`);
     }
     const after = s.after ?? [];

@@ -1,7 +1,14 @@
 export * from './client.js';
 export * from './definitions.js';
 export * from './errors.js';
-export { canonicalJson, DEFAULT_MAX_PAYLOAD_BYTES, hashJson, toJson } from './json.js';
+export {
+  canonicalJson,
+  DEFAULT_MAX_PAYLOAD_BYTES,
+  hashJson,
+  isStorableText,
+  storableText,
+  toJson,
+} from './json.js';
 export { consoleLogger, type Logger, silentLogger } from './logger.js';
 export { applyMigrations, type Migration, migrateComponent } from './migrate.js';
 export { isConnectionError } from './pg-util.js';

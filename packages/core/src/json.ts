@@ -17,6 +17,14 @@ export const MAX_DEPTH = 512;
 /** A UTF-16 surrogate without its pair: valid in a JS string, refused by PostgreSQL's jsonb. */
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 
+/**
+ * True when PostgreSQL can store `s` as text and jsonb unchanged: no NUL character and no lone
+ * UTF-16 surrogate (PostgreSQL refuses the first and would store U+FFFD for the second).
+ */
+export function isStorableText(s: string): boolean {
+  return !s.includes('\u0000') && !LONE_SURROGATE.test(s);
+}
+
 function checkString(s: string, path: string): void {
   if (s.includes('\u0000')) {
     throw new PayloadError('a NUL character (U+0000) cannot be stored in PostgreSQL jsonb', path);

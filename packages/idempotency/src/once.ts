@@ -22,6 +22,7 @@ import {
   LeaseLostError,
   PayloadError,
   redactSecrets,
+  storableText,
   toJson,
 } from '@cyclone/core';
 import {
@@ -812,7 +813,8 @@ async function writeFailure<T>(
 function storedFailure(err: unknown, outcome: Outcome): StoredFailure {
   const e = (typeof err === 'object' && err !== null ? err : {}) as Record<string, unknown>;
   // Secrets redacted before the cut, so that no part of one is stored (core's redactSecrets).
-  const clean = (s: string) => redactSecrets(s.replaceAll('\u0000', '')).slice(0, 2000);
+  // storableText also repairs a surrogate pair cut in two, which jsonb would refuse.
+  const clean = (s: string) => storableText(redactSecrets(s.replaceAll('\u0000', '')), 2000);
   const message =
     err instanceof Error ? err.message || err.name : typeof err === 'string' ? err : String(err);
   const code = outcome.code ?? (typeof e.code === 'string' ? e.code : undefined);

@@ -1,0 +1,80 @@
+/**
+ * What the orchestrator records while the soak runs, for the checker: the runs it submitted (and
+ * had confirmed), every fault it injected, the steps each killed or stalled worker held, the
+ * handler starts the workers reported, and what its operator loop did.
+ */
+import type { ProviderFault } from './fakes.js';
+import type { Provider } from './workload.js';
+
+export interface SubmittedRun {
+  key: string;
+  runId: string;
+  workflow: 'soak_order' | 'soak_batch';
+  /** The order's card declines: its run must end `failed`, at `charge`. */
+  declined: boolean;
+  at: number;
+}
+
+export type FaultRecord =
+  | { kind: 'kill'; at: number; slot: number; workerId: string; orphans: number }
+  | { kind: 'terminate'; at: number; backends: number }
+  | { kind: 'pg-restart'; at: number; mode: 'fast' | 'immediate'; downMs: number }
+  | {
+      kind: 'provider';
+      at: number;
+      provider: Provider;
+      fault: ProviderFault;
+      times: number;
+      hits: () => number;
+    }
+  | { kind: 'stall'; at: number; slot: number; workerId: string; ms: number; orphans: number };
+
+/** A step a worker held (running, leased to it) when it was killed or stalled. */
+export interface Orphan {
+  runId: string;
+  node: string;
+  attempt: number;
+}
+
+/** A worker that died (killed) or stalled, and the steps it held. */
+export interface Loss {
+  cause: 'kill' | 'stall';
+  workerId: string;
+  at: number;
+  orphans: Orphan[];
+}
+
+export interface StartEvent {
+  attempt: number;
+  at: number;
+  workerId: string;
+}
+
+export interface OperatorAction {
+  at: number;
+  runId: string;
+  node: string;
+  key: string | null;
+  provider: Provider | null;
+  /** What the error said and what the operator did about it. */
+  cause: 'unknown_outcome' | 'definitive_failure';
+  decision: 'resolved_succeeded' | 'resolved_not_sent' | 'retried';
+}
+
+export class Journal {
+  readonly submitted = new Map<string, SubmittedRun>();
+  readonly faults: FaultRecord[] = [];
+  readonly losses: Loss[] = [];
+  /** Handler starts by `${runId}:${node}`. */
+  readonly starts = new Map<string, StartEvent[]>();
+  readonly operator: OperatorAction[] = [];
+  /** Submissions that failed and were tried again (e.g. while PostgreSQL was down). */
+  submitRetries = 0;
+
+  recordStart(runId: string, node: string, e: StartEvent): void {
+    const k = `${runId}:${node}`;
+    const list = this.starts.get(k);
+    if (list) list.push(e);
+    else this.starts.set(k, [e]);
+  }
+}
