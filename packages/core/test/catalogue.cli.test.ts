@@ -104,12 +104,6 @@ describe('wrong arguments, one by one', () => {
     ['--database-url without a value', ['--database-url'], 2, /argument missing/],
     ['an unknown short option', ['-x'], 2, /unknown option '-x'/],
     ['too many arguments', ['cancel', UUID, UUID, UUID], 2, /too many arguments/],
-    [
-      'a workflow filter with a NUL',
-      ['runs', '--workflow', 'a\u0000b'],
-      1,
-      /invalid byte sequence/,
-    ],
   ])('%s → exit %i, one line', async (_what, args, code, pattern) => {
     const r = await cli(args);
     expect(r.code).toBe(code);
@@ -117,6 +111,11 @@ describe('wrong arguments, one by one', () => {
     expect(r.stderr).toMatch(/^cyclone: [^\n]+\n$/);
     expect(r.stderr).toMatch(pattern);
     noStack(r);
+  });
+
+  it('a workflow filter with a NUL matches no run (no workflow can have that name)', async () => {
+    const r = await cli(['runs', '--workflow', 'a\u0000b']);
+    expect(r).toMatchObject({ code: 0, stdout: 'no runs\n', stderr: '' });
   });
 
   it('SQL in a workflow filter is just a name: no runs', async () => {
