@@ -74,50 +74,6 @@ SELECT u.run_id, u.node, u.workflow, u.action, u.attempt, u.max_attempts, r.inpu
 FROM u JOIN ${s}.cyclone_runs r ON r.id = u.run_id`;
 
 /**
- * Completes a step, fenced: only if `state = 'running' AND attempt = $3` (this claim's fencing
- * token). In the same statement: releases downstream steps whose `deps_remaining` reaches 0,
- * moves the run's counters, completes the run at `steps_remaining = 0` (or fails it when nothing
- * is left that can progress), and NOTIFYs when steps were released.
- * $1 run_id, $2 node, $3 attempt, $4 output jsonb, $5 channel, $6 workflow.
- * Returns `done` = 0 when the fence did not match (the lease was lost).
- */
-export const complete = (s: string) => `
-WITH done AS (
-  UPDATE ${s}.cyclone_steps
-  SET state = 'completed', output = $4::jsonb, completed_at = now(), updated_at = now(),
-      lease_owner = NULL, lease_expires_at = NULL
-  WHERE run_id = $1 AND node = $2 AND attempt = $3 AND state = 'running'
-  RETURNING run_id, downstream
-), released AS (
-  UPDATE ${s}.cyclone_steps t
-  SET deps_remaining = t.deps_remaining - 1,
-      state = CASE WHEN t.deps_remaining = 1 AND t.state = 'pending' THEN 'available' ELSE t.state END,
-      scheduled_at = CASE WHEN t.deps_remaining = 1 THEN now() ELSE t.scheduled_at END,
-      updated_at = now()
-  FROM done WHERE t.run_id = done.run_id AND t.node = ANY(done.downstream)
-  RETURNING t.state
-), n AS (
-  SELECT count(*)::int AS released FROM released WHERE state = 'available'
-), run AS (
-  UPDATE ${s}.cyclone_runs r
-  SET steps_remaining = r.steps_remaining - 1,
-      steps_active = r.steps_active - 1 + n.released,
-      state = CASE
-        WHEN r.state <> 'running' THEN r.state
-        WHEN r.steps_remaining = 1 THEN 'completed'
-        WHEN r.steps_active - 1 + n.released = 0 THEN 'failed'
-        ELSE r.state END,
-      completed_at = CASE WHEN r.state = 'running' AND (r.steps_remaining = 1
-        OR r.steps_active - 1 + n.released = 0) THEN now() ELSE r.completed_at END,
-      updated_at = now()
-  FROM done, n WHERE r.id = done.run_id
-  RETURNING r.state
-)
-SELECT (SELECT count(*) FROM done)::int AS done, (SELECT state FROM run) AS run_state,
-       n.released, CASE WHEN n.released > 0 THEN pg_notify($5, $6) END AS notified
-FROM n`;
-
-/**
  * Records a failed attempt, fenced like `complete`: `retryable` at now() + $5 ms, or `discarded`
  * when $6 (non-retryable) or `attempt >= max_attempts`. A discard moves the run's counters and
  * fails the run when nothing is left that can progress.
@@ -205,8 +161,8 @@ SELECT swept.run_id, swept.node, swept.workflow, swept.state, swept.attempt,
 FROM swept`;
 
 /**
- * Completes a batch of steps that opened no `completionTx`, in one statement (issue 8: batched
- * completion). Each step is fenced on its own (`state = 'running' AND attempt = <its attempt>`);
+ * Completes steps in one statement: a batch of steps that opened no `completionTx` (issue 8:
+ * batched completion), or one step on its handler's `completionTx`. Each step is fenced on its own (`state = 'running' AND attempt = <its attempt>`);
  * downstream counters and run counters are moved by the sum over the batch, so two upstream
  * nodes of one join completing in the same batch release it once. The batch may touch several
  * runs: a deliberate exception to the one-run rule for throughput; it is one atomic statement,

@@ -298,7 +298,6 @@ async function execute(
     return;
   }
 
-  const params = [row.run_id, row.node, row.attempt, output, client.channel, row.workflow];
   if (tx && !ended) {
     // Complete on the handler's transaction: its writes and the transition commit together.
     const c = tx;
@@ -306,11 +305,15 @@ async function execute(
     tx = undefined;
     let done = 0;
     try {
-      const r = await c.query<{ done: number; run_state: string | null }>(
-        sql.complete(client.q),
-        params,
-      );
-      done = r.rows[0]?.done ?? 0;
+      // The batch statement with one step: the same fenced transition the batcher uses.
+      const r = await c.query(sql.completeBatch(client.q), [
+        [row.run_id],
+        [row.node],
+        [row.attempt],
+        [output],
+        client.channel,
+      ]);
+      done = r.rows.length;
       if (done === 0) {
         await c.query('ROLLBACK');
         release(c);

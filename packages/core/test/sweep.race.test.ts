@@ -139,15 +139,14 @@ describe('recovery sweep races', () => {
       try {
         await c.query('BEGIN');
         if (r.op === 'complete') {
-          const res = await c.query<{ done: number }>(sql.complete(Q), [
-            r.runId,
-            r.node,
-            1,
-            JSON.stringify({ by: 'completer', node: r.node }),
+          const res = await c.query(sql.completeBatch(Q), [
+            [r.runId],
+            [r.node],
+            [1],
+            [JSON.stringify({ by: 'completer', node: r.node })],
             CHANNEL,
-            'sw',
           ]);
-          r.won = res.rows[0]?.done === 1;
+          r.won = res.rows.length === 1;
         } else {
           const entry = {
             attempt: 1,
