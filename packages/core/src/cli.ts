@@ -1,12 +1,19 @@
 /**
  * The `cyclone` CLI (API.md § The cyclone CLI): migrate, list and inspect runs, operator retry
- * and cancel. Exit codes: 0 success, 1 a failed operation (one line on stderr), 2 bad usage.
+ * and cancel, and cleanup of finished runs (retention). Exit codes: 0 success, 1 a failed operation (one line on stderr), 2 bad usage.
  * The database is `--database-url`, else `DATABASE_URL`, else the embedded PostgreSQL.
  */
 import { readFileSync, realpathSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
-import { Client, type RunInfo, type RunState, type RunSummary, type StepInfo } from './client.js';
+import {
+  Client,
+  type FinishedRunState,
+  type RunInfo,
+  type RunState,
+  type RunSummary,
+  type StepInfo,
+} from './client.js';
 import { resolveDatabaseUrl } from './embedded.js';
 import { ConfigError, CycloneError } from './errors.js';
 import { quoteSchema } from './schema.js';
@@ -181,6 +188,65 @@ export async function main(argv: readonly string[], io: Partial<CliIo> = {}): Pr
       });
     });
 
+  program
+    .command('cleanup')
+    .description(
+      'delete finished runs (and their steps) older than a duration, in bounded batches; failed runs are kept unless --state names them',
+    )
+    .requiredOption(
+      '--older-than <duration>',
+      'minimum age since the run finished: 7d, 12h, 30m, 45s, 500ms',
+      parseDuration,
+    )
+    .option('--batch-size <n>', 'runs deleted per transaction (1-100000)', parseBatchSize, 1000)
+    .option('--max-runs <n>', 'stop after deleting n runs (default: no limit)', parseMaxRuns)
+    .option(
+      '--state <states>',
+      'comma-separated run states to delete (default: completed,cancelled)',
+      parseFinishedStates,
+    )
+    .option('--workflow <name>', 'only runs of this workflow')
+    .option('--json', 'print JSON')
+    .action(
+      async (
+        opts: {
+          olderThan: number;
+          batchSize: number;
+          maxRuns?: number;
+          state?: FinishedRunState[];
+          workflow?: string;
+          json?: boolean;
+        },
+        cmd: Command,
+      ) => {
+        const states = opts.state ?? (['completed', 'cancelled'] as FinishedRunState[]);
+        await withClient(cmd, async (client) => {
+          const { deleted } = await client.deleteFinishedRuns({
+            olderThanMs: opts.olderThan,
+            batchSize: opts.batchSize,
+            maxRuns: opts.maxRuns,
+            states,
+            workflow: opts.workflow,
+          });
+          if (opts.json) {
+            print(
+              JSON.stringify({
+                deleted,
+                olderThanMs: opts.olderThan,
+                states,
+                workflow: opts.workflow ?? null,
+              }),
+            );
+          } else {
+            const of = opts.workflow === undefined ? '' : ` of workflow ${opts.workflow}`;
+            print(
+              `deleted ${deleted} ${states.join('/')} run${deleted === 1 ? '' : 's'}${of} finished more than ${formatDuration(opts.olderThan)} ago`,
+            );
+          }
+        });
+      },
+    );
+
   try {
     await program.parseAsync([...argv], { from: 'user' });
     return 0;
@@ -222,6 +288,69 @@ function parseLimit(value: string): number {
     throw new InvalidArgumentError('expected an integer from 1 to 1000');
   }
   return n;
+}
+
+const DURATION_UNITS: Record<string, number> = {
+  ms: 1,
+  s: 1000,
+  m: 60_000,
+  h: 3_600_000,
+  d: 86_400_000,
+};
+
+/**
+ * Parses a duration of a whole number and one unit: `500ms`, `45s`, `30m`, `12h`, `7d`.
+ * A bare number is refused: seconds or milliseconds would be a guess.
+ * @returns milliseconds.
+ */
+export function parseDuration(value: string): number {
+  const m = /^(\d+)(ms|s|m|h|d)$/.exec(value);
+  const n = m ? Number(m[1]) * (DURATION_UNITS[m[2] as string] as number) : Number.NaN;
+  if (!Number.isSafeInteger(n)) {
+    throw new InvalidArgumentError(
+      m
+        ? 'duration too large'
+        : 'expected a whole number and a unit (ms, s, m, h, d), e.g. 7d, 12h, 30m, 45s, 500ms',
+    );
+  }
+  return n;
+}
+
+/** A duration in ms in the largest unit that divides it: `604800000` → `7d`. */
+function formatDuration(ms: number): string {
+  for (const [unit, size] of Object.entries(DURATION_UNITS).reverse()) {
+    if (ms >= size && ms % size === 0) return `${ms / size}${unit}`;
+  }
+  return `${ms}ms`;
+}
+
+function parseInteger(value: string, min: number, max: number): number {
+  const n = Number(value);
+  if (!/^\d+$/.test(value) || !Number.isSafeInteger(n) || n < min || n > max) {
+    throw new InvalidArgumentError(
+      max === Number.MAX_SAFE_INTEGER
+        ? `expected an integer ≥ ${min}`
+        : `expected an integer from ${min} to ${max}`,
+    );
+  }
+  return n;
+}
+
+const parseBatchSize = (value: string) => parseInteger(value, 1, 100_000);
+const parseMaxRuns = (value: string) => parseInteger(value, 1, Number.MAX_SAFE_INTEGER);
+
+const FINISHED_STATES: readonly FinishedRunState[] = ['completed', 'failed', 'cancelled'];
+
+function parseFinishedStates(value: string): FinishedRunState[] {
+  const states = value.split(',').map((s) => s.trim());
+  for (const s of states) {
+    if (!FINISHED_STATES.includes(s as FinishedRunState)) {
+      throw new InvalidArgumentError(
+        `expected a comma-separated list of ${FINISHED_STATES.join(', ')}${s === 'running' ? ' (a running run is never deleted)' : ''}`,
+      );
+    }
+  }
+  return [...new Set(states as FinishedRunState[])];
 }
 
 /** The direct upstream nodes of each step, read from the stored DAG (`downstream`). */

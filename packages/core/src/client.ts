@@ -106,6 +106,13 @@ export interface ClientOptions {
   maxPayloadBytes?: number;
   /** Logger (pino-compatible). Default: silent. */
   logger?: Logger;
+  /**
+   * Send the engine's hot statements as named prepared statements, parsed once per connection
+   * (issue 8). Default true. Set false behind a transaction-pooling proxy that cannot keep
+   * prepared statements across transactions (PgBouncer before 1.21, or with
+   * `max_prepared_statements = 0`).
+   */
+  preparedStatements?: boolean;
 }
 
 /** Options of `submit`/`submitOnce`. */
@@ -128,6 +135,11 @@ export interface SubmitOnceResult {
   created: boolean;
 }
 
+/** Result of `submitMany`: the new runs' ids, in the order of the inputs. */
+export interface SubmitManyResult {
+  runIds: string[];
+}
+
 /** Filters of `listRuns`. */
 export interface ListRunsOptions {
   state?: RunState;
@@ -136,7 +148,52 @@ export interface ListRunsOptions {
   limit?: number;
 }
 
+/** A finished run state: what `deleteFinishedRuns` may delete. */
+export type FinishedRunState = 'completed' | 'failed' | 'cancelled';
+
+/** Options of `deleteFinishedRuns`. */
+export interface DeleteFinishedRunsOptions {
+  /**
+   * Minimum age in ms of a finished run, counted from its `completed_at` (when it reached its
+   * final state). An integer ≥ 0. Keep runs longer than a duplicate `submitOnce` can arrive:
+   * once a run is deleted, its key makes a new run.
+   */
+  olderThanMs: number;
+  /** Runs deleted per batch (one short transaction each). An integer from 1 to 100,000; default 1,000. */
+  batchSize?: number;
+  /** Stop after deleting this many runs (an integer ≥ 1). Default: no limit. */
+  maxRuns?: number;
+  /**
+   * The run states to delete. Default `['completed', 'cancelled']`: failed runs are kept unless
+   * asked for, since an operator may still retry them. A `running` run is never deleted.
+   */
+  states?: readonly FinishedRunState[];
+  /** Only runs of this workflow. Default: every workflow. */
+  workflow?: string;
+}
+
+/** Result of `deleteFinishedRuns`. */
+export interface DeleteFinishedRunsResult {
+  /** Runs deleted (their steps and ledger rows went with them). */
+  deleted: number;
+}
+
+const FINISHED_STATES: readonly FinishedRunState[] = ['completed', 'failed', 'cancelled'];
+/** The largest `deleteFinishedRuns` batch. */
+const MAX_DELETE_BATCH = 100_000;
+/** Ages above this (~317 years) delete the same runs and would overflow PostgreSQL's timestamps. */
+const MAX_AGE_MS = 1e13;
+
 const MAX_KEY_BYTES = 4096;
+
+/**
+ * `submitMany` sends at most this many runs per statement (issue 8: the peers' bulk calls take
+ * 1,000 jobs), and at most `SUBMIT_MANY_CHUNK_BYTES` of input JSON (a chunk holds at least one
+ * run), so a statement stays far below PostgreSQL's 1 GB limit on a message even with inputs
+ * near `maxPayloadBytes`.
+ */
+const SUBMIT_MANY_CHUNK_RUNS = 1000;
+const SUBMIT_MANY_CHUNK_BYTES = 16 * 1024 * 1024;
 
 /** The most characters of an error message / stack stored per failed attempt. */
 export const MAX_ERROR_MESSAGE_CHARS = 2000;
@@ -158,6 +215,8 @@ export class Client {
   readonly logger: Logger;
   /** The NOTIFY channel workers listen on. */
   readonly channel: string;
+  /** Whether hot statements go as named prepared statements (`ClientOptions.preparedStatements`). */
+  readonly prepare: boolean;
   /** Connection settings, for workers that open their own pool and LISTEN connection. */
   readonly connectionString: string | undefined;
   private readonly ownsPool: boolean;
@@ -173,6 +232,7 @@ export class Client {
     this.channel = sql.channel(this.schema);
     this.maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
     this.logger = options.logger ?? silentLogger;
+    this.prepare = options.preparedStatements ?? true;
     this.connectionString = options.connectionString;
     if (options.pool) {
       this.pool = options.pool;
@@ -250,6 +310,118 @@ export class Client {
     return this.insert(workflow, input, key, options.tx);
   }
 
+  /**
+   * Submits one new run of `workflow` per input (bulk `submit`): every input is validated and
+   * encoded first, as `submit` does, then the runs and their steps go in with one statement per
+   * chunk of up to 1,000 runs (and 16 MiB of input JSON), each with one NOTIFY. All or nothing:
+   * with no `tx` and several chunks, the chunks share one transaction on a pool connection; with
+   * `tx`, they run on it and the runs exist only if it commits. An empty array writes nothing
+   * and sends no query. One transaction holds many runs: a deliberate exception to the one-run
+   * rule (ARCHITECTURE.md § Data model), like the completion batch; the rows are all new, so it
+   * waits on no other transaction's run.
+   *
+   * Not idempotent: there is no submit key, so calling it again (say, after a timeout whose
+   * outcome you do not know) makes a second set of runs. Use `submitOnce` per input when a retry
+   * must not duplicate.
+   * @param inputs the runs' inputs; `runIds[i]` is the run of `inputs[i]`.
+   * @returns the new runs' ids, in the order of `inputs`.
+   * @throws InputValidationError for the first input that fails, as `submit` (the workflow's
+   *   schema, a root's mapped input, or a payload that is not storable JSON or is over
+   *   `maxPayloadBytes`), with `index` set to its position and named in the message; nothing is
+   *   written.
+   */
+  async submitMany<RI>(
+    workflow: Workflow<RI>,
+    inputs: readonly NoInfer<RI>[],
+    options: SubmitOptions = {},
+  ): Promise<SubmitManyResult> {
+    if (!Array.isArray(inputs)) {
+      throw new InputValidationError(workflow.name, [
+        { path: [], message: 'submitMany takes an array of run inputs' },
+      ]);
+    }
+    const texts: string[] = [];
+    const hashes: string[] = [];
+    for (let i = 0; i < inputs.length; i++) {
+      try {
+        const value = this.validateRunInput(workflow, inputs[i] as RI);
+        const { text } = wrapPayload(workflow.name, () =>
+          encodePayload(value, this.maxPayloadBytes, 'the run input'),
+        );
+        texts.push(text);
+        hashes.push(hashJson(JSON.parse(text) as Json));
+      } catch (err) {
+        if (err instanceof InputValidationError) {
+          throw new InputValidationError(err.workflow, err.issues, err.node, i);
+        }
+        throw err;
+      }
+    }
+    if (texts.length === 0) return { runIds: [] };
+
+    const runIds = texts.map(() => randomUUID());
+    const nodes = workflow.nodes;
+    const shared = [
+      workflow.name,
+      nodes.length,
+      nodes.filter((n) => n.after.length === 0).length,
+      nodes.map((n) => n.name),
+      nodes.map((n) => n.action.name),
+      nodes.map((n) => n.maxAttempts),
+      nodes.map((n) => n.after.length),
+      nodes.map((n) => JSON.stringify(n.downstream)),
+      nodes.map((n) => JSON.stringify(n.ancestors)),
+      this.channel,
+    ];
+    const chunks: { from: number; to: number }[] = [];
+    let from = 0;
+    let bytes = 0;
+    for (let i = 0; i < texts.length; i++) {
+      const size = Buffer.byteLength(texts[i] as string);
+      if (
+        i > from &&
+        (i - from >= SUBMIT_MANY_CHUNK_RUNS || bytes + size > SUBMIT_MANY_CHUNK_BYTES)
+      ) {
+        chunks.push({ from, to: i });
+        from = i;
+        bytes = 0;
+      }
+      bytes += size;
+    }
+    chunks.push({ from, to: texts.length });
+    const valuesOf = ({ from, to }: { from: number; to: number }) => [
+      runIds.slice(from, to),
+      texts.slice(from, to),
+      hashes.slice(from, to),
+      ...shared,
+    ];
+
+    const { tx } = options;
+    if (tx) {
+      // A caller's transaction gets plain text (Tx.query), as in `insert`.
+      for (const chunk of chunks) await tx.query(sql.insertRuns(this.q), valuesOf(chunk));
+    } else if (chunks.length === 1) {
+      await this.pool.query(
+        sql.prepared(sql.insertRuns(this.q), this.prepare),
+        valuesOf({ from: 0, to: texts.length }),
+      );
+    } else {
+      await withConnection(this.pool, async (c) => {
+        try {
+          await c.query('BEGIN');
+          for (const chunk of chunks) {
+            await c.query(sql.prepared(sql.insertRuns(this.q), this.prepare), valuesOf(chunk));
+          }
+          await c.query('COMMIT');
+        } catch (err) {
+          await c.query('ROLLBACK').catch(() => {});
+          throw err;
+        }
+      });
+    }
+    return { runIds };
+  }
+
   private async insert<RI>(
     workflow: Workflow<RI>,
     input: RI,
@@ -265,7 +437,7 @@ export class Client {
     const runId = randomUUID();
     const db: Tx = tx ?? this.pool;
     for (let i = 0; i < 5; i++) {
-      const { rows } = await db.query<{ id: string }>(sql.insertRun(this.q), [
+      const values = [
         runId,
         workflow.name,
         text,
@@ -280,7 +452,14 @@ export class Client {
         nodes.map((n) => JSON.stringify(n.downstream)),
         nodes.map((n) => JSON.stringify(n.ancestors)),
         this.channel,
-      ]);
+      ];
+      // Prepared on the client's own pool; a caller's transaction gets plain text (Tx.query).
+      const { rows } = tx
+        ? await tx.query<{ id: string }>(sql.insertRun(this.q), values)
+        : await this.pool.query<{ id: string }>(
+            sql.prepared(sql.insertRun(this.q), this.prepare),
+            values,
+          );
       if (rows[0]) return { runId: rows[0].id, created: true };
       // The key has a run (committed: ON CONFLICT waited for it).
       const found = await db.query<{ id: string; input_hash: string }>(sql.findByKey(this.q), [
@@ -492,6 +671,41 @@ export class Client {
   }
 
   /**
+   * Retention (ARCHITECTURE.md § Pitfalls, bloat): deletes the runs in `states` (default
+   * completed and cancelled; failed runs are kept unless asked for, as an operator may still
+   * retry them) that finished more than `olderThanMs` ago, oldest first, in batches of
+   * `batchSize`, each one short transaction that skips runs locked right now (an operator retry
+   * in progress), until a batch comes back short or `maxRuns` runs are deleted. A `running` run
+   * is never deleted. Each run's steps and @cyclone/idempotency ledger rows go with it
+   * (`ON DELETE CASCADE`). Run it periodically (`cyclone cleanup` from cron, a scheduled job).
+   * @returns the number of runs deleted.
+   * @throws ConfigError for a bad option (a negative, fractional or non-finite number, an unknown
+   *   or `running` state, a workflow that is not a string); nothing is deleted.
+   */
+  async deleteFinishedRuns(options: DeleteFinishedRunsOptions): Promise<DeleteFinishedRunsResult> {
+    const o = validateDeleteOptions(options);
+    // No workflow has a name PostgreSQL cannot store (NUL, lone surrogates).
+    if (o.workflow !== null && !isStorableText(o.workflow)) return { deleted: 0 };
+    const text = sql.deleteFinishedRuns(this.q);
+    let deleted = 0;
+    for (;;) {
+      const limit = Math.min(o.batchSize, o.maxRuns - deleted);
+      if (limit <= 0) break;
+      const { rows } = await this.pool.query<{ deleted: number }>(text, [
+        o.states,
+        o.olderThanMs,
+        o.workflow,
+        limit,
+      ]);
+      const n = rows[0]?.deleted ?? 0;
+      deleted += n;
+      this.logger.debug({ deleted: n, total: deleted }, 'deleted a batch of finished runs');
+      if (n < limit) break;
+    }
+    return { deleted };
+  }
+
+  /**
    * Runs `fn` in a transaction holding the run row's lock. Retries on deadlock or serialization
    * failure (SQLSTATE 40P01, 40001), up to 5 times.
    */
@@ -554,6 +768,71 @@ function wrapPayload<T>(workflow: string, fn: () => T): T {
     }
     throw err;
   }
+}
+
+/** `deleteFinishedRuns`'s options checked and defaulted. @throws ConfigError. */
+function validateDeleteOptions(options: DeleteFinishedRunsOptions): {
+  olderThanMs: number;
+  batchSize: number;
+  maxRuns: number;
+  states: FinishedRunState[];
+  workflow: string | null;
+} {
+  if (typeof options !== 'object' || options === null) {
+    throw new ConfigError('deleteFinishedRuns needs an options object with olderThanMs');
+  }
+  const integer = (name: string, value: unknown, min: number, max: number): number => {
+    if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < min || value > max) {
+      const range = max === Number.MAX_SAFE_INTEGER ? `≥ ${min}` : `from ${min} to ${max}`;
+      throw new ConfigError(
+        `deleteFinishedRuns: ${name} must be an integer ${range}, got ${describeValue(value)}`,
+      );
+    }
+    return value;
+  };
+  const olderThanMs = integer('olderThanMs', options.olderThanMs, 0, Number.MAX_SAFE_INTEGER);
+  const batchSize = integer('batchSize', options.batchSize ?? 1000, 1, MAX_DELETE_BATCH);
+  const maxRuns =
+    options.maxRuns === undefined
+      ? Number.POSITIVE_INFINITY
+      : integer('maxRuns', options.maxRuns, 1, Number.MAX_SAFE_INTEGER);
+  const states = options.states ?? ['completed', 'cancelled'];
+  if (
+    !Array.isArray(states) ||
+    states.length === 0 ||
+    // Spread, so a hole in a sparse array counts as a bad state.
+    [...states].some((s) => !FINISHED_STATES.includes(s))
+  ) {
+    throw new ConfigError(
+      `deleteFinishedRuns: states must be a non-empty array of 'completed', 'failed' and 'cancelled' (a running run is never deleted), got ${describeValue(states)}`,
+    );
+  }
+  if (options.workflow !== undefined && typeof options.workflow !== 'string') {
+    throw new ConfigError(
+      `deleteFinishedRuns: workflow must be a string, got ${describeValue(options.workflow)}`,
+    );
+  }
+  return {
+    olderThanMs: Math.min(olderThanMs, MAX_AGE_MS),
+    batchSize,
+    maxRuns,
+    states: [...new Set(states)],
+    workflow: options.workflow ?? null,
+  };
+}
+
+/** A short, safe rendering of a bad option value for an error message. */
+function describeValue(v: unknown): string {
+  if (typeof v === 'string') return JSON.stringify(v.length > 40 ? `${v.slice(0, 40)}…` : v);
+  if (typeof v === 'number' || typeof v === 'boolean' || v === null || v === undefined)
+    return String(v);
+  if (Array.isArray(v)) {
+    const shown = [...v.slice(0, 5)].map((e) =>
+      typeof e === 'object' && e !== null ? typeof e : describeValue(e),
+    );
+    return `[${shown.join(', ')}${v.length > 5 ? ', …' : ''}]`;
+  }
+  return typeof v;
 }
 
 /** zod issues reduced to `ValidationIssue`s. */

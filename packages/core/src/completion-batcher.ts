@@ -26,14 +26,20 @@ export class CompletionBatcher {
    * @param pool where the batch statements run.
    * @param q the quoted schema.
    * @param channel the NOTIFY channel.
-   * @param maxBatch most steps per statement (default 200).
+   * @param prepare send the statement as a named prepared statement (sql.prepared).
+   * @param maxBatch most steps per statement (default 500).
    */
   constructor(
     private readonly pool: pg.Pool,
-    private readonly q: string,
+    q: string,
     private readonly channel: string,
-    private readonly maxBatch = 200,
-  ) {}
+    prepare = true,
+    private readonly maxBatch = 500,
+  ) {
+    this.statement = sql.prepared(sql.completeBatch(q), prepare);
+  }
+
+  private readonly statement: { name?: string; text: string };
 
   /**
    * Completes one step (fenced on `attempt`) with `output` (JSON text) in the next batch.
@@ -49,16 +55,13 @@ export class CompletionBatcher {
   }
 
   private async send(batch: Pending[]): Promise<void> {
-    const { rows } = await this.pool.query<{ run_id: string; node: string }>(
-      sql.completeBatch(this.q),
-      [
-        batch.map((p) => p.runId),
-        batch.map((p) => p.node),
-        batch.map((p) => p.attempt),
-        batch.map((p) => p.output),
-        this.channel,
-      ],
-    );
+    const { rows } = await this.pool.query<{ run_id: string; node: string }>(this.statement, [
+      batch.map((p) => p.runId),
+      batch.map((p) => p.node),
+      batch.map((p) => p.attempt),
+      batch.map((p) => p.output),
+      this.channel,
+    ]);
     const done = new Set(rows.map((r) => `${r.run_id}\u0000${r.node}`));
     for (const p of batch) p.resolve(done.has(`${p.runId}\u0000${p.node}`) ? 1 : 0);
   }

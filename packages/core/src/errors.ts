@@ -50,8 +50,10 @@ export class InputValidationError extends CycloneError {
   readonly workflow: string;
   /** The node whose action input failed, when the failure is a node's. */
   readonly node: string | undefined;
+  /** `submitMany`: the position of the failing input in the array; undefined for one input. */
+  readonly index: number | undefined;
 
-  constructor(workflow: string, issues: ValidationIssue[], node?: string) {
+  constructor(workflow: string, issues: ValidationIssue[], node?: string, index?: number) {
     const where = node ? `node '${node}' of workflow '${workflow}'` : `workflow '${workflow}'`;
     const first = issues[0];
     const summary = first
@@ -59,11 +61,12 @@ export class InputValidationError extends CycloneError {
       : 'invalid input';
     super(
       'INPUT_VALIDATION',
-      `invalid input for ${where}: ${summary}${issues.length > 1 ? ` (+${issues.length - 1} more)` : ''}`,
+      `invalid input${index === undefined ? '' : ` at index ${index}`} for ${where}: ${summary}${issues.length > 1 ? ` (+${issues.length - 1} more)` : ''}`,
     );
     this.issues = issues;
     this.workflow = workflow;
     this.node = node;
+    this.index = index;
   }
 }
 
@@ -185,7 +188,10 @@ export class WaitTimeoutError extends CycloneError {
   }
 }
 
-/** A client or worker option is invalid (e.g. a schema name that is not a plain identifier). */
+/**
+ * A client or worker option is invalid (e.g. a schema name that is not a plain identifier), or an
+ * option of an operator call (`deleteFinishedRuns`: a negative or fractional age, a bad state).
+ */
 export class ConfigError extends CycloneError {
   constructor(message: string) {
     super('CONFIG', message);

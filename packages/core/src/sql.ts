@@ -8,6 +8,28 @@
  * (ARCHITECTURE.md § The crash matrix, counters).
  */
 
+import { createHash } from 'node:crypto';
+
+const names = new Map<string, string>();
+
+/**
+ * A query config for `text` as a named (prepared) statement: PostgreSQL parses it once per
+ * connection instead of on every call (issue 8: the engine's CTE statements cost more to parse
+ * and plan than to run at small batch sizes). The name is derived from the text, so one schema's
+ * statements never collide with another's on a shared connection. With `prepare` false (a
+ * transaction-pooling proxy that cannot keep prepared statements), an unnamed one.
+ * @returns `{ name, text }` for pg's `query(config, values)`.
+ */
+export function prepared(text: string, prepare = true): { name?: string; text: string } {
+  if (!prepare) return { text };
+  let name = names.get(text);
+  if (name === undefined) {
+    name = `cyclone_${createHash('sha256').update(text).digest('hex').slice(0, 24)}`;
+    names.set(text, name);
+  }
+  return { name, text };
+}
+
 /** The NOTIFY channel of a schema: workers LISTEN on it; the payload is the workflow name. */
 export const channel = (schema: string) => `cyclone_${schema}`;
 
@@ -39,6 +61,42 @@ WITH run AS (
 )
 SELECT (SELECT id FROM run) AS id, (SELECT count(*) FROM steps)::int AS steps, pg_notify($14, $2)
 WHERE EXISTS (SELECT 1 FROM run)`;
+
+/**
+ * Inserts many runs of one workflow and all their steps in one statement (`submitMany`, issue 8:
+ * one round trip and one parse for up to a chunk of runs instead of one per run). The runs come
+ * in as arrays (unnest); their steps are the cross product of the inserted runs and the
+ * workflow's nodes, which are the same for every run of a workflow (as in `insertRun`: roots
+ * `available`, the rest `pending`). No submit key, so no conflict: the statement inserts every
+ * row or fails whole. One NOTIFY per statement.
+ * $1 ids uuid[], $2 inputs jsonb[], $3 input_hashes text[], $4 workflow, $5 step count per run,
+ * $6 root count, $7 nodes[], $8 actions[], $9 max_attempts[], $10 deps[], $11 downstream
+ * jsonb[], $12 ancestors jsonb[], $13 channel. Returns one row: `runs`, `steps` inserted.
+ */
+export const insertRuns = (s: string) => `
+WITH n AS MATERIALIZED (
+  SELECT n.node, n.action, n.max_attempts, n.deps,
+         ARRAY(SELECT jsonb_array_elements_text(n.downstream)) AS downstream,
+         ARRAY(SELECT jsonb_array_elements_text(n.ancestors)) AS ancestors
+  FROM unnest($7::text[], $8::text[], $9::int[], $10::int[], $11::jsonb[], $12::jsonb[])
+       AS n(node, action, max_attempts, deps, downstream, ancestors)
+), run AS (
+  INSERT INTO ${s}.cyclone_runs
+    (id, workflow, state, input, input_hash, steps_remaining, steps_active)
+  SELECT r.id, $4::text, 'running', r.input, r.input_hash, $5::int, $6::int
+  FROM unnest($1::uuid[], $2::jsonb[], $3::text[]) AS r(id, input, input_hash)
+  RETURNING id
+), steps AS (
+  INSERT INTO ${s}.cyclone_steps
+    (run_id, node, workflow, action, state, max_attempts, deps_remaining, downstream, ancestors)
+  SELECT run.id, n.node, $4::text, n.action,
+         CASE WHEN n.deps = 0 THEN 'available' ELSE 'pending' END,
+         n.max_attempts, n.deps, n.downstream, n.ancestors
+  FROM run CROSS JOIN n
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM run)::int AS runs, (SELECT count(*) FROM steps)::int AS steps,
+       pg_notify($13, $4::text)`;
 
 /** The run holding a submit key. $1 workflow, $2 key. */
 export const findByKey = (s: string) =>
@@ -217,3 +275,30 @@ SELECT d.run_id, d.node,
   (SELECT count(pg_notify($5, w.workflow))
    FROM (SELECT DISTINCT workflow FROM released WHERE state = 'available') w)::int AS notified
 FROM done d`;
+
+/**
+ * Retention (`Client.deleteFinishedRuns`): deletes one batch of at most $4 finished runs in the
+ * states $1 that finished more than $2 ms ago, oldest first, only of workflow $3 when it is not
+ * NULL. The victims are locked in a MATERIALIZED CTE first (`FOR UPDATE SKIP LOCKED`: a run an
+ * operator is retrying right now is skipped), then the DELETE joins to them, so LIMIT really
+ * limits (ARCHITECTURE.md § Pitfalls), and re-checks the state on the rows it locked, so a run
+ * that went back to `running` is never deleted. The literal state list matches the partial index
+ * `cyclone_runs_finished` (migration 000004), which a generic plan of `state = ANY($1)` alone
+ * could not use. Steps and @cyclone/idempotency's ledger rows go with their run (`ON DELETE
+ * CASCADE`). Returns `deleted`, the number of runs deleted.
+ */
+export const deleteFinishedRuns = (s: string) => `
+WITH victims AS MATERIALIZED (
+  SELECT id FROM ${s}.cyclone_runs
+  WHERE state IN ('completed', 'failed', 'cancelled') AND state = ANY($1::text[])
+    AND completed_at < now() - make_interval(secs => $2::double precision / 1000)
+    AND ($3::text IS NULL OR workflow = $3::text)
+  ORDER BY completed_at
+  LIMIT $4
+  FOR UPDATE SKIP LOCKED
+), gone AS (
+  DELETE FROM ${s}.cyclone_runs r USING victims v
+  WHERE r.id = v.id AND r.state IN ('completed', 'failed', 'cancelled') AND r.state = ANY($1::text[])
+  RETURNING 1
+)
+SELECT count(*)::int AS deleted FROM gone`;

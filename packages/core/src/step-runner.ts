@@ -60,6 +60,8 @@ interface Env {
   completions: CompletionBatcher;
   /** The worker's pool for control statements (claims, heartbeats); never held by handlers. */
   controlPool: pg.Pool;
+  /** Called once when the handler settled (the step is being recorded): its slot may be reused. */
+  onFinishing(): void;
   /** How long (ms) to keep retrying a write whose connection failed. */
   retryDeadlineMs: number;
   stopping(): boolean;
@@ -89,7 +91,9 @@ export function runStep(row: ClaimedRow, env: Env): StepHandle {
     abort: (reason) => ac.abort(reason),
   };
   (handle as { done: Promise<void> }).done = execute(row, env, ac, () => {
+    if (finishing) return;
     finishing = true;
+    env.onFinishing();
   }).catch((err) => {
     env.log.error({ err: String(err), runId: row.run_id, node: row.node }, 'step runner failed');
   });
@@ -306,7 +310,7 @@ async function execute(
     let done = 0;
     try {
       // The batch statement with one step: the same fenced transition the batcher uses.
-      const r = await c.query(sql.completeBatch(client.q), [
+      const r = await c.query(sql.prepared(sql.completeBatch(client.q), client.prepare), [
         [row.run_id],
         [row.node],
         [row.attempt],
@@ -441,7 +445,7 @@ async function recordFailure(
   try {
     const rows = await withRetry(env, log, async () => {
       const r = await env.pool.query<{ step_state: string; run_state: string | null }>(
-        sql.fail(env.client.q),
+        sql.prepared(sql.fail(env.client.q), env.client.prepare),
         [
           row.run_id,
           row.node,

@@ -32,11 +32,18 @@ export interface WorkerOptions {
   workflows: readonly Workflow<any>[];
   /** Handlers run at once. Default 10. */
   concurrency?: number;
-  /** Lease of a claimed step. Default 30,000 ms. Kept alive by heartbeats while the handler runs. */
+  /**
+   * Lease of a claimed step. Default 5,000 ms. Kept alive by heartbeats while the handler runs;
+   * a dead worker's steps are claimable again after at most the lease plus one sweep interval
+   * (≈ 6 s with the defaults; issue 8's target is ≤ 10 s). Short leases kept alive by heartbeats
+   * are the design's rule (ARCHITECTURE.md § Pitfalls: hour-long rescue windows). A handler that
+   * blocks the event loop longer than the lease minus one heartbeat interval loses its step to
+   * another worker (at-least-once; its completion is fenced out): raise it for such handlers.
+   */
   leaseMs?: number;
   /** Interval of the batched lease extension. Default leaseMs / 3. */
   heartbeatIntervalMs?: number;
-  /** Interval of the recovery sweep (±20 % jitter). Default 5,000 ms. */
+  /** Interval of the recovery sweep (±20 % jitter). Default 1,000 ms (one indexed statement). */
   sweepIntervalMs?: number;
   /** Most expired steps one sweep statement moves. Default 1,000. */
   sweepBatchSize?: number;
@@ -96,6 +103,8 @@ export class Worker {
   private readonly controlPool: pg.Pool;
   private readonly ownsPool: boolean;
   private readonly inflight = new Map<string, StepHandle>();
+  /** Steps in `inflight` whose handler settled and whose outcome is being recorded. */
+  private finishing = 0;
   private state: 'new' | 'running' | 'stopping' | 'stopped' = 'new';
   private wakeResolve: (() => void) | undefined;
   private wakePending = false;
@@ -107,6 +116,7 @@ export class Worker {
   private claimPid: number | undefined;
   /** `workflow/node` of every node this worker can run: it claims only those. */
   private readonly nodeKeys: string[];
+  private readonly claimSql: { name?: string; text: string };
 
   /** @throws ConfigError on a bad option or two workflows with one name. */
   constructor(options: WorkerOptions) {
@@ -131,13 +141,13 @@ export class Worker {
       return x;
     };
     this.concurrency = Math.trunc(positive('concurrency', options.concurrency, 10));
-    this.leaseMs = positive('leaseMs', options.leaseMs, 30_000);
+    this.leaseMs = positive('leaseMs', options.leaseMs, 5_000);
     this.heartbeatIntervalMs = positive(
       'heartbeatIntervalMs',
       options.heartbeatIntervalMs,
       this.leaseMs / 3,
     );
-    this.sweepIntervalMs = positive('sweepIntervalMs', options.sweepIntervalMs, 5_000);
+    this.sweepIntervalMs = positive('sweepIntervalMs', options.sweepIntervalMs, 1_000);
     this.sweepBatchSize = Math.trunc(positive('sweepBatchSize', options.sweepBatchSize, 1_000));
     this.pollIntervalMs = positive('pollIntervalMs', options.pollIntervalMs, 1_000);
     this.claimBatchSize = Math.trunc(
@@ -166,7 +176,13 @@ export class Worker {
       this.controlPool = this.client.pool;
       this.ownsPool = false;
     }
-    this.completions = new CompletionBatcher(this.pool, this.client.q, this.client.channel);
+    this.completions = new CompletionBatcher(
+      this.pool,
+      this.client.q,
+      this.client.channel,
+      this.client.prepare,
+    );
+    this.claimSql = sql.prepared(sql.claim(this.client.q), this.client.prepare);
   }
 
   /** Steps running now. */
@@ -287,11 +303,26 @@ export class Worker {
     });
   }
 
+  /**
+   * Steps the next claim may take. A slot is free once its handler settled, even while its
+   * outcome is still being recorded (batched completion), so the next claim overlaps the
+   * completion statement instead of waiting for it; at most `concurrency` steps wait to be
+   * recorded, so a slow database does not let them pile up.
+   */
+  private freeSlots(): number {
+    const handlers = this.inflight.size - this.finishing;
+    return Math.min(
+      this.concurrency - handlers,
+      2 * this.concurrency - this.inflight.size,
+      this.claimBatchSize,
+    );
+  }
+
   /** The claim loop: claims up to the free slots, then waits for a NOTIFY, a free slot or the poll. */
   private async loop(): Promise<void> {
     let failures = 0;
     while (this.state === 'running') {
-      const want = Math.min(this.concurrency - this.inflight.size, this.claimBatchSize);
+      const want = this.freeSlots();
       if (want > 0) {
         this.wakePending = false;
         let got: number;
@@ -316,7 +347,7 @@ export class Worker {
       // Known while the statement runs, so that stop() can cancel a claim that hangs.
       this.claimPid = (c as unknown as { processID?: number }).processID;
       try {
-        const r = await c.query<ClaimedRow>(sql.claim(this.client.q), [
+        const r = await c.query<ClaimedRow>(this.claimSql, [
           [...this.workflows.keys()],
           limit,
           this.workerId,
@@ -341,11 +372,16 @@ export class Worker {
         stats: this.stats,
         retryDeadlineMs: this.leaseMs,
         stopping: () => this.state !== 'running',
+        onFinishing: () => {
+          this.finishing++;
+          this.wake();
+        },
         controlPool: this.controlPool,
         completions: this.completions,
       });
       this.inflight.set(key, handle);
       handle.done.finally(() => {
+        if (handle.finishing) this.finishing--;
         if (this.inflight.get(key) === handle) this.inflight.delete(key);
         this.wake();
       });
@@ -359,13 +395,16 @@ export class Worker {
     if (batch.length === 0) return;
     let rows: { run_id: string; node: string; attempt: number }[];
     try {
-      ({ rows } = await this.controlPool.query(sql.heartbeat(this.client.q), [
-        batch.map((h) => h.runId),
-        batch.map((h) => h.node),
-        batch.map((h) => h.attempt),
-        this.workerId,
-        this.leaseMs,
-      ]));
+      ({ rows } = await this.controlPool.query(
+        sql.prepared(sql.heartbeat(this.client.q), this.client.prepare),
+        [
+          batch.map((h) => h.runId),
+          batch.map((h) => h.node),
+          batch.map((h) => h.attempt),
+          this.workerId,
+          this.leaseMs,
+        ],
+      ));
     } catch (err) {
       this.log.warn(
         { err: String(err), connection: isConnectionError(err) },
@@ -384,10 +423,10 @@ export class Worker {
     for (let i = 0; i < 10 && !this.isStopped(); i++) {
       let rows: { run_id: string; node: string; state: string; attempt: number }[];
       try {
-        ({ rows } = await this.controlPool.query(sql.sweep(this.client.q), [
-          this.sweepBatchSize,
-          this.client.channel,
-        ]));
+        ({ rows } = await this.controlPool.query(
+          sql.prepared(sql.sweep(this.client.q), this.client.prepare),
+          [this.sweepBatchSize, this.client.channel],
+        ));
       } catch (err) {
         this.log.warn({ err: String(err) }, 'recovery sweep failed; will retry');
         return;

@@ -38,8 +38,8 @@ describe('a completion the database refuses', () => {
         EXECUTE FUNCTION refuse_completion();
     `);
     client = new Client({ connectionString: db.url, poolSize: 2 });
-    // The default lease (30 s): a step left `running` would stay so far longer than we wait.
-    worker = new Worker({ client, workflows: [Refused] });
+    // A 30 s lease: a step left `running` would stay so far longer than we wait.
+    worker = new Worker({ client, workflows: [Refused], leaseMs: 30_000 });
     await worker.start();
   });
 

@@ -66,9 +66,13 @@ describe('payloads', () => {
   beforeAll(async () => {
     db = await createTestDb();
     client = new Client({ connectionString: db.url, poolSize: 4 });
-    // The default lease (30 s): a failure or completion that cannot be recorded would leave the
-    // step `running` far longer than these tests wait.
-    worker = new Worker({ client, workflows: [LongError, LoneSurrogateOut, Echo] });
+    // A 30 s lease: a failure or completion that cannot be recorded would leave the step
+    // `running` far longer than these tests wait.
+    worker = new Worker({
+      client,
+      workflows: [LongError, LoneSurrogateOut, Echo],
+      leaseMs: 30_000,
+    });
     await worker.start();
   });
 

@@ -237,7 +237,16 @@ export function scanSource(
     ) {
       const first = n.arguments[0];
       const r = reviewed.find((x) => fileName.endsWith(x.file) && x.expression === n.getText(sf));
+      // `sql.prepared(sql.<builder>(q), …)`: the statement text of a builder, itself checked.
+      const ofBuilder =
+        n.expression.name.text === 'prepared' &&
+        first !== undefined &&
+        ts.isCallExpression(first) &&
+        ts.isPropertyAccessExpression(first.expression) &&
+        ts.isIdentifier(first.expression.expression) &&
+        first.expression.expression.text === 'sql';
       if (r) allow('reviewed');
+      else if (ofBuilder) allow('prepared builder call');
       else if (!first || !isQuotedSchema(first, 'caller')) {
         find(n, 'a sql.ts builder must be given the quoted schema (`q` or `x.q`) first');
       } else allow('sql builder call');

@@ -1,0 +1,140 @@
+/**
+ * Prepared statements (issue 8): the engine's hot statements go as named statements, parsed once
+ * per connection. Two schemas sharing one connection never collide (the name is derived from the
+ * statement text, which carries the schema), a migration that alters a table does not break
+ * statements prepared before it, and `preparedStatements: false` (for a transaction-pooling
+ * proxy) sends none.
+ */
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Client, newAction, newWorkflow, Worker } from '../src/index.js';
+import { createTestDb, type TestDb } from './support/db.js';
+
+const echo = newAction('prepared_echo', async (ctx, input: { n: number }) => ({
+  n: input.n,
+  node: ctx.node,
+}));
+const Flow = newWorkflow<{ n: number }>('prepared_flow', {
+  nodes: { a: { action: echo }, b: { action: echo, after: ['a'] } },
+});
+
+/** Names of the statements prepared on the connection `c`. */
+async function preparedNames(c: pg.PoolClient): Promise<string[]> {
+  const { rows } = await c.query<{ name: string }>(
+    'SELECT name FROM pg_prepared_statements ORDER BY name',
+  );
+  return rows.map((r) => r.name);
+}
+
+async function runAll(client: Client, count: number, workerOptions: object = {}) {
+  const worker = new Worker({ client, workflows: [Flow], concurrency: 5, ...workerOptions });
+  await worker.start();
+  try {
+    const ids = [];
+    for (let n = 0; n < count; n++) ids.push((await client.submit(Flow, { n })).runId);
+    for (const id of ids) {
+      const run = await client.waitForRun(id, { timeoutMs: 20_000 });
+      expect(run.state).toBe('completed');
+    }
+  } finally {
+    await worker.stop({ graceMs: 2_000 });
+  }
+}
+
+describe('prepared statements', () => {
+  let db: TestDb;
+
+  beforeAll(async () => {
+    db = await createTestDb();
+  });
+  afterAll(async () => {
+    await db?.drop();
+  });
+
+  it('two schemas on one shared connection each get their own statements', async () => {
+    // One connection for both clients and their workers: every statement of both schemas is
+    // prepared on it, and a name collision would run one schema's statement on the other.
+    const shared = new pg.Pool({ connectionString: db.url, max: 1 });
+    try {
+      const a = new Client({ pool: shared, schema: 'prep_a' });
+      const b = new Client({ pool: shared, schema: 'prep_b' });
+      await a.migrate();
+      await b.migrate();
+      await runAll(a, 5);
+      await runAll(b, 5);
+      const count = async (schema: string) =>
+        (
+          await shared.query(
+            `SELECT count(*)::int AS n FROM ${schema}.cyclone_runs WHERE state = 'completed'`,
+          )
+        ).rows[0].n;
+      expect(await count('prep_a')).toBe(5);
+      expect(await count('prep_b')).toBe(5);
+      const c = await shared.connect();
+      try {
+        // The one connection holds the claim statement of each schema under its own name.
+        const names = await preparedNames(c);
+        const claims = (
+          await c.query<{ name: string }>(
+            `SELECT name FROM pg_prepared_statements WHERE statement LIKE '%FOR UPDATE SKIP LOCKED%'
+               AND statement LIKE '%SET state = ''running''%'`,
+          )
+        ).rows.map((r) => r.name);
+        expect(claims.length).toBe(2);
+        expect(new Set(names).size).toBe(names.length);
+      } finally {
+        c.release();
+      }
+    } finally {
+      await shared.query(
+        'DROP SCHEMA IF EXISTS prep_a CASCADE; DROP SCHEMA IF EXISTS prep_b CASCADE',
+      );
+      await shared.end();
+    }
+  });
+
+  it('statements are prepared on the connection and survive a column added to the tables', async () => {
+    const pool = new pg.Pool({ connectionString: db.url, max: 1 });
+    try {
+      const client = new Client({ pool, schema: 'prep_c' });
+      await client.migrate();
+      const c0 = await pool.connect();
+      // Nothing of ours is prepared yet on this (the only) connection.
+      expect((await preparedNames(c0)).filter((n) => n.startsWith('cyclone_'))).toEqual([]);
+      c0.release();
+      await client.submit(Flow, { n: 1 });
+      const c1 = await pool.connect();
+      const afterSubmit = (await preparedNames(c1)).filter((n) => n.startsWith('cyclone_'));
+      c1.release();
+      expect(afterSubmit.length).toBe(1);
+      // A later migration adds a column: PostgreSQL re-plans the prepared statements.
+      await pool.query('ALTER TABLE prep_c.cyclone_steps ADD COLUMN later_column int');
+      await pool.query('ALTER TABLE prep_c.cyclone_runs ADD COLUMN later_column int');
+      const second = await client.submit(Flow, { n: 2 });
+      expect(second.runId).toMatch(/^[0-9a-f-]{36}$/);
+      await pool.query('DROP SCHEMA prep_c CASCADE');
+    } finally {
+      await pool.end();
+    }
+  });
+
+  it('preparedStatements: false sends no named statement', async () => {
+    const pool = new pg.Pool({ connectionString: db.url, max: 6 });
+    try {
+      const client = new Client({ pool, schema: 'prep_d', preparedStatements: false });
+      await client.migrate();
+      await runAll(client, 5);
+      const clients = await Promise.all(Array.from({ length: 6 }, () => pool.connect()));
+      try {
+        for (const c of clients) {
+          expect((await preparedNames(c)).filter((n) => n.startsWith('cyclone_'))).toEqual([]);
+        }
+      } finally {
+        for (const c of clients) c.release();
+      }
+      await pool.query('DROP SCHEMA prep_d CASCADE');
+    } finally {
+      await pool.end();
+    }
+  });
+});
