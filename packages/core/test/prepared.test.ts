@@ -138,3 +138,29 @@ describe('prepared statements', () => {
     }
   });
 });
+
+describe('the worker control connections', () => {
+  it('claim without bitmap scans, so a fresh backlog is read in claim-index order', async () => {
+    const db = await createTestDb();
+    try {
+      const client = new Client({ connectionString: db.url, poolSize: 2 });
+      const worker = new Worker({ client, workflows: [Flow] });
+      try {
+        const control = (worker as unknown as { controlPool: pg.Pool }).controlPool;
+        const { rows } = await control.query<{ enable_bitmapscan: string }>(
+          'SHOW enable_bitmapscan',
+        );
+        expect(rows[0]?.enable_bitmapscan).toBe('off');
+        // The step pool (where handlers' completionTx queries run) keeps the server's setting.
+        const steps = (worker as unknown as { pool: pg.Pool }).pool;
+        const s = await steps.query<{ enable_bitmapscan: string }>('SHOW enable_bitmapscan');
+        expect(s.rows[0]?.enable_bitmapscan).toBe('on');
+      } finally {
+        await worker.stop();
+        await client.close();
+      }
+    } finally {
+      await db.drop();
+    }
+  });
+});
