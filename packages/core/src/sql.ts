@@ -127,8 +127,9 @@ WITH c AS MATERIALIZED (
   RETURNING t.run_id, t.node, t.workflow, t.action, t.attempt, t.max_attempts, t.ancestors
 )
 SELECT u.run_id, u.node, u.workflow, u.action, u.attempt, u.max_attempts, r.input AS run_input,
+  CASE WHEN cardinality(u.ancestors) = 0 THEN '{}'::jsonb ELSE
   (SELECT coalesce(jsonb_object_agg(a.node, a.output), '{}'::jsonb) FROM ${s}.cyclone_steps a
-   WHERE a.run_id = u.run_id AND a.node = ANY(u.ancestors) AND a.state = 'completed') AS upstream
+   WHERE a.run_id = u.run_id AND a.node = ANY(u.ancestors) AND a.state = 'completed') END AS upstream
 FROM u JOIN ${s}.cyclone_runs r ON r.id = u.run_id`;
 
 /**

@@ -17,7 +17,7 @@ import {
   StepTimeoutError,
 } from './errors.js';
 import { encodePayload, storableText } from './json.js';
-import type { Logger } from './logger.js';
+import { LazyChildLogger, type Logger } from './logger.js';
 import { isConnectionError, sleep } from './pg-util.js';
 import { redactSecrets } from './redact.js';
 import * as sql from './sql.js';
@@ -107,7 +107,11 @@ async function execute(
   markFinishing: () => void,
 ): Promise<void> {
   const { client, pool } = env;
-  const log = env.log.child({ runId: row.run_id, node: row.node, attempt: row.attempt });
+  const log: Logger = new LazyChildLogger(env.log, {
+    runId: row.run_id,
+    node: row.node,
+    attempt: row.attempt,
+  });
   const node = env.workflow.nodeByName.get(row.node);
   if (!node) {
     markFinishing();
