@@ -8,6 +8,7 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, newAction, newWorkflow, Worker } from '../src/index.js';
+import * as sql from '../src/sql.js';
 import { createTestDb, type TestDb } from './support/db.js';
 
 const echo = newAction('prepared_echo', async (ctx, input: { n: number }) => ({
@@ -160,6 +161,54 @@ describe('the worker control connections', () => {
         await client.close();
       }
     } finally {
+      await db.drop();
+    }
+  });
+});
+
+describe('plans of the prepared statements', () => {
+  it('completion and heartbeat go by the primary key, the sweep by the lease index, under generic plans with a large history', async () => {
+    const db = await createTestDb();
+    const c = new pg.Client({ connectionString: db.url });
+    await c.connect();
+    try {
+      // A finished history (statistics then see almost no running step), then 200 running steps.
+      await c.query(`
+        INSERT INTO cyclone.cyclone_runs (id, workflow, state, input, input_hash, steps_remaining,
+                                          steps_active, completed_at)
+        SELECT gen_random_uuid(), 'h', CASE WHEN g <= 200 THEN 'running' ELSE 'completed' END,
+               '{}', 'x', CASE WHEN g <= 200 THEN 1 ELSE 0 END, CASE WHEN g <= 200 THEN 1 ELSE 0 END,
+               CASE WHEN g <= 200 THEN NULL ELSE now() END
+        FROM generate_series(1, 30000) g;
+        INSERT INTO cyclone.cyclone_steps (run_id, node, workflow, action, state, attempt,
+                                           max_attempts, deps_remaining, lease_owner, lease_expires_at)
+        SELECT id, 'a', 'h', 'h', CASE WHEN state = 'running' THEN 'running' ELSE 'completed' END, 1, 3, 0,
+               CASE WHEN state = 'running' THEN 'w' END,
+               CASE WHEN state = 'running' THEN now() + interval '1 minute' END
+        FROM cyclone.cyclone_runs;
+        ANALYZE cyclone.cyclone_runs; ANALYZE cyclone.cyclone_steps;
+        SET plan_cache_mode = force_generic_plan;`);
+      const plan = async (name: string, text: string, args: string) => {
+        await c.query(`PREPARE ${name} AS ${text}`);
+        const { rows } = await c.query<{ 'QUERY PLAN': string }>(
+          `EXPLAIN EXECUTE ${name}(${args})`,
+        );
+        return rows.map((r) => r['QUERY PLAN']).join('\n');
+      };
+      const complete = await plan(
+        'p_complete',
+        sql.completeBatch('cyclone'),
+        `'{}', '{}', '{}', '{}', 'ch'`,
+      );
+      expect(complete).toContain('cyclone_steps_pkey');
+      expect(complete).not.toContain('cyclone_steps_leases');
+      const beat = await plan('p_beat', sql.heartbeat('cyclone'), `'{}', '{}', '{}', 'w', 5000`);
+      expect(beat).toContain('cyclone_steps_pkey');
+      expect(beat).not.toContain('cyclone_steps_leases');
+      const sweep = await plan('p_sweep', sql.sweep('cyclone'), `1000, 'ch'`);
+      expect(sweep).toContain('cyclone_steps_leases');
+    } finally {
+      await c.end();
       await db.drop();
     }
   });
