@@ -2,8 +2,9 @@
  * `Client`: submission, inspection and operator actions (API.md § @cyclone/core). Every
  * transaction touches the rows of one run (ARCHITECTURE.md § Data model).
  */
-import { v7 as uuidv7 } from 'uuid';
+
 import pg from 'pg';
+import { v7 as uuidv7 } from 'uuid';
 import type { Json, Tx, Workflow } from './definitions.js';
 import {
   ConfigError,
