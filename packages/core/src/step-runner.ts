@@ -20,7 +20,6 @@ import { encodePayload, storableText } from './json.js';
 import { LazyChildLogger, type Logger } from './logger.js';
 import { isConnectionError, sleep } from './pg-util.js';
 import { redactSecrets } from './redact.js';
-import * as sql from './sql.js';
 import type { WorkerStats } from './worker.js';
 
 /** A row returned by the claim statement. */
@@ -60,6 +59,8 @@ interface Env {
   completions: CompletionBatcher;
   /** The worker's pool for control statements (claims, heartbeats); never held by handlers. */
   controlPool: pg.Pool;
+  /** The completion and failure statements of the client's schema (sql.prepared), built once. */
+  statements: { complete: { name?: string; text: string }; fail: { name?: string; text: string } };
   /** Called once when the handler settled (the step is being recorded): its slot may be reused. */
   onFinishing(): void;
   /** How long (ms) to keep retrying a write whose connection failed. */
@@ -314,7 +315,7 @@ async function execute(
     let done = 0;
     try {
       // The batch statement with one step: the same fenced transition the batcher uses.
-      const r = await c.query(sql.prepared(sql.completeBatch(client.q), client.prepare), [
+      const r = await c.query(env.statements.complete, [
         [row.run_id],
         [row.node],
         [row.attempt],
@@ -449,7 +450,7 @@ async function recordFailure(
   try {
     const rows = await withRetry(env, log, async () => {
       const r = await env.pool.query<{ step_state: string; run_state: string | null }>(
-        sql.prepared(sql.fail(env.client.q), env.client.prepare),
+        env.statements.fail,
         [
           row.run_id,
           row.node,

@@ -117,6 +117,10 @@ export class Worker {
   /** `workflow/node` of every node this worker can run: it claims only those. */
   private readonly nodeKeys: string[];
   private readonly claimSql: { name?: string; text: string };
+  private readonly statements: {
+    complete: { name?: string; text: string };
+    fail: { name?: string; text: string };
+  };
 
   /** @throws ConfigError on a bad option or two workflows with one name. */
   constructor(options: WorkerOptions) {
@@ -190,6 +194,10 @@ export class Worker {
       this.client.prepare,
     );
     this.claimSql = sql.prepared(sql.claim(this.client.q), this.client.prepare);
+    this.statements = {
+      complete: sql.prepared(sql.completeBatch(this.client.q), this.client.prepare),
+      fail: sql.prepared(sql.fail(this.client.q), this.client.prepare),
+    };
   }
 
   /** Steps running now. */
@@ -385,6 +393,7 @@ export class Worker {
         },
         controlPool: this.controlPool,
         completions: this.completions,
+        statements: this.statements,
       });
       this.inflight.set(key, handle);
       handle.done.finally(() => {
