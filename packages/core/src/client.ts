@@ -126,6 +126,25 @@ function newRunId(): string {
   return uuidv7();
 }
 
+/**
+ * The per-node parameters of `sql.insertRun`/`sql.insertRuns` ($6–$13 of insertRun): step count,
+ * root count, then one array per column (name, action, max attempts, dependency count,
+ * downstream and ancestors as JSON text), in the workflow's node order.
+ */
+function stepColumns<RI>(workflow: Workflow<RI>): unknown[] {
+  const nodes = workflow.nodes;
+  return [
+    nodes.length,
+    nodes.filter((n) => n.after.length === 0).length,
+    nodes.map((n) => n.name),
+    nodes.map((n) => n.action.name),
+    nodes.map((n) => n.maxAttempts),
+    nodes.map((n) => n.after.length),
+    nodes.map((n) => JSON.stringify(n.downstream)),
+    nodes.map((n) => JSON.stringify(n.ancestors)),
+  ];
+}
+
 /** Options of `submit`/`submitOnce`. */
 export interface SubmitOptions {
   /**
@@ -371,19 +390,7 @@ export class Client {
     if (texts.length === 0) return { runIds: [] };
 
     const runIds = texts.map(() => newRunId());
-    const nodes = workflow.nodes;
-    const shared = [
-      workflow.name,
-      nodes.length,
-      nodes.filter((n) => n.after.length === 0).length,
-      nodes.map((n) => n.name),
-      nodes.map((n) => n.action.name),
-      nodes.map((n) => n.maxAttempts),
-      nodes.map((n) => n.after.length),
-      nodes.map((n) => JSON.stringify(n.downstream)),
-      nodes.map((n) => JSON.stringify(n.ancestors)),
-      this.channel,
-    ];
+    const shared = [workflow.name, ...stepColumns(workflow), this.channel];
     const chunks: { from: number; to: number }[] = [];
     let from = 0;
     let bytes = 0;
@@ -444,7 +451,6 @@ export class Client {
       encodePayload(value, this.maxPayloadBytes, 'the run input'),
     );
     const hash = hashJson(JSON.parse(text) as Json);
-    const nodes = workflow.nodes;
     const runId = newRunId();
     const db: Tx = tx ?? this.pool;
     for (let i = 0; i < 5; i++) {
@@ -454,14 +460,7 @@ export class Client {
         text,
         key,
         hash,
-        nodes.length,
-        nodes.filter((n) => n.after.length === 0).length,
-        nodes.map((n) => n.name),
-        nodes.map((n) => n.action.name),
-        nodes.map((n) => n.maxAttempts),
-        nodes.map((n) => n.after.length),
-        nodes.map((n) => JSON.stringify(n.downstream)),
-        nodes.map((n) => JSON.stringify(n.ancestors)),
+        ...stepColumns(workflow),
         this.channel,
       ];
       // Prepared on the client's own pool; a caller's transaction gets plain text (Tx.query).

@@ -1,12 +1,3 @@
-/**
- * Retention: `Client.deleteFinishedRuns` and `cyclone cleanup` against the real PostgreSQL.
- * Only finished runs past the age go (completed and cancelled by default, failed on request,
- * never a running run), oldest first, in bounded batches until one comes back short or `maxRuns`
- * is reached; their steps go with them; a run locked right now is skipped without waiting; bad
- * options are a `ConfigError` (or CLI exit 2) and delete nothing; the delete reads the partial
- * index of migration 000004, even as a generic plan.
- */
-import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -18,6 +9,7 @@ import { newAction, newWorkflow } from '../src/definitions.js';
 import { ConfigError } from '../src/errors.js';
 import * as sql from '../src/sql.js';
 import { Worker } from '../src/worker.js';
+import { spawnCli } from './support/cli-process.js';
 import { createTestDb, type TestDb } from './support/db.js';
 import { captureLogger } from './support/logger.js';
 
@@ -327,21 +319,7 @@ async function cli(args: string[]): Promise<Result> {
 }
 
 /** The built bin as a child process, cwd packages/core. */
-function bin(args: string[]): Promise<Result> {
-  return new Promise((resolveRun, reject) => {
-    const child = spawn(process.execPath, ['bin/cyclone.js', ...args], {
-      cwd: PACKAGE_DIR,
-      env: { ...process.env, DATABASE_URL: db.url },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (c) => (stdout += c));
-    child.stderr.on('data', (c) => (stderr += c));
-    child.on('error', reject);
-    child.on('close', (code) => resolveRun({ code: code ?? -1, stdout, stderr }));
-  });
-}
+const bin = (args: string[]): Promise<Result> => spawnCli(db.url, ['bin/cyclone.js'], args);
 
 /** Exactly one line on stderr, starting `cyclone: `, and no stack trace. */
 function expectOneLineError(r: Result, pattern: RegExp): void {

@@ -1,10 +1,3 @@
-/**
- * The `cyclone` CLI against the real PostgreSQL: migrate, runs, run, retry, retry --all, cancel,
- * their text and JSON output, and the exit codes (0 success, 1 failed operation with a one-line
- * reason, 2 bad usage). Most calls go through `main()` in-process; some run the real program as
- * a child process (from source, and the built bin when dist/ exists).
- */
-import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -16,6 +9,7 @@ import { newAction, newWorkflow } from '../src/definitions.js';
 import { NonRetryableError } from '../src/errors.js';
 import { migrations } from '../src/migrations.generated.js';
 import { Worker } from '../src/worker.js';
+import { spawnCli as spawnCliProcess } from './support/cli-process.js';
 import { createTestDb, type TestDb } from './support/db.js';
 
 const PACKAGE_DIR = resolve(dirname(fileURLToPath(import.meta.url)), '..');
@@ -79,21 +73,8 @@ async function cli(args: string[], env: Record<string, string | undefined> = {})
 }
 
 /** The CLI as a child process: `node <nodeArgs> <entry> args`, cwd packages/core. */
-function spawnCli(nodeArgs: string[], args: string[]): Promise<Result> {
-  return new Promise((resolveRun, reject) => {
-    const child = spawn(process.execPath, [...nodeArgs, ...args], {
-      cwd: PACKAGE_DIR,
-      env: { ...process.env, DATABASE_URL: db.url },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (c) => (stdout += c));
-    child.stderr.on('data', (c) => (stderr += c));
-    child.on('error', reject);
-    child.on('close', (code) => resolveRun({ code: code ?? -1, stdout, stderr }));
-  });
-}
+const spawnCli = (nodeArgs: string[], args: string[]): Promise<Result> =>
+  spawnCliProcess(db.url, nodeArgs, args);
 const fromSource = (args: string[]) =>
   spawnCli(['--conditions=@cyclone/source', '--import', 'tsx', 'src/cli.ts'], args);
 
