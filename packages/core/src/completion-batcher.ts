@@ -55,15 +55,20 @@ export class CompletionBatcher {
   }
 
   private async send(batch: Pending[]): Promise<void> {
-    const { rows } = await this.pool.query<{ run_id: string; node: string }>(this.statement, [
-      batch.map((p) => p.runId),
-      batch.map((p) => p.node),
-      batch.map((p) => p.attempt),
-      batch.map((p) => p.output),
-      this.channel,
-    ]);
-    const done = new Set(rows.map((r) => `${r.run_id}\u0000${r.node}`));
-    for (const p of batch) p.resolve(done.has(`${p.runId}\u0000${p.node}`) ? 1 : 0);
+    const { rows } = await this.pool.query<{ run_id: string; node: string; attempt: number }>(
+      this.statement,
+      [
+        batch.map((p) => p.runId),
+        batch.map((p) => p.node),
+        batch.map((p) => p.attempt),
+        batch.map((p) => p.output),
+        this.channel,
+      ],
+    );
+    // Keyed by attempt too: a node re-claimed by this worker may be here at two attempts.
+    const done = new Set(rows.map((r) => `${r.run_id}\u0000${r.node}\u0000${r.attempt}`));
+    for (const p of batch)
+      p.resolve(done.has(`${p.runId}\u0000${p.node}\u0000${p.attempt}`) ? 1 : 0);
   }
 
   private async flush(): Promise<void> {

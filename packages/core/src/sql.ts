@@ -166,17 +166,37 @@ SELECT f.state AS step_state, (SELECT state FROM run) AS run_state,
 FROM f`;
 
 /**
- * Extends the leases of a worker's in-flight steps in one statement (every lease/3). Only rows
- * still `running` at the same attempt and owned by $4 are extended; the rows returned are the
- * leases still held, the others were lost. $1 run_ids, $2 nodes, $3 attempts, $4 owner, $5 lease ms.
+ * Extends the leases of a worker's in-flight steps in one statement (every lease/3), including
+ * steps whose handler returned and whose outcome waits to be recorded. Only rows still `running`
+ * at the same attempt and owned by $4 are extended. Rows locked right now are skipped, not
+ * waited for (`SKIP LOCKED`): a completion batch blocked on one run's row lock must not hold up
+ * the heartbeat of every other step. A skipped row still `running` under our attempt (as of this
+ * statement) counts as held: whoever holds its lock (our own completion, or a sweep that
+ * will tell the next heartbeat) decides it. The rows returned are the leases still held; the
+ * others were lost. $1 run_ids, $2 nodes, $3 attempts, $4 owner, $5 lease ms.
  */
 export const heartbeat = (s: string) => `
-UPDATE ${s}.cyclone_steps t
-SET lease_expires_at = now() + make_interval(secs => $5::double precision / 1000)
-FROM unnest($1::uuid[], $2::text[], $3::int[]) AS h(run_id, node, attempt)
-WHERE t.run_id = h.run_id AND t.node = h.node AND t.attempt = h.attempt
-  AND t.state = 'running' AND t.lease_owner = $4
-RETURNING t.run_id, t.node, t.attempt`;
+WITH mine AS MATERIALIZED (
+  SELECT t.run_id, t.node, t.attempt
+  FROM ${s}.cyclone_steps t
+  JOIN unnest($1::uuid[], $2::text[], $3::int[]) AS h(run_id, node, attempt)
+    ON t.run_id = h.run_id AND t.node = h.node AND t.attempt = h.attempt
+  WHERE t.state = 'running' AND t.lease_owner = $4
+), locked AS MATERIALIZED (
+  SELECT t.run_id, t.node FROM ${s}.cyclone_steps t
+  JOIN mine m ON t.run_id = m.run_id AND t.node = m.node AND t.attempt = m.attempt
+  WHERE t.state = 'running' AND t.lease_owner = $4
+  FOR UPDATE OF t SKIP LOCKED
+), extended AS (
+  UPDATE ${s}.cyclone_steps t
+  SET lease_expires_at = now() + make_interval(secs => $5::double precision / 1000)
+  FROM locked l WHERE t.run_id = l.run_id AND t.node = l.node
+  RETURNING t.run_id, t.node, t.attempt
+)
+SELECT run_id, node, attempt FROM extended
+UNION ALL
+SELECT m.run_id, m.node, m.attempt FROM mine m
+WHERE NOT EXISTS (SELECT 1 FROM locked l WHERE l.run_id = m.run_id AND l.node = m.node)`;
 
 /**
  * The recovery sweep: one statement that locks up to $1 `running` steps whose lease expired
@@ -227,7 +247,8 @@ FROM swept`;
  * runs: a deliberate exception to the one-run rule for throughput; it is one atomic statement,
  * and a deadlock with another batch rolls it back whole, to be retried.
  * $1 run_ids, $2 nodes, $3 attempts, $4 outputs (jsonb[]), $5 channel.
- * Returns one row per step completed; a step missing from the result was fenced out.
+ * Returns one row per step completed (run_id, node, attempt); a step missing from the result was
+ * fenced out (the same node may be in a batch twice, at an old and a new attempt).
  */
 export const completeBatch = (s: string) => `
 WITH input AS (
@@ -239,7 +260,7 @@ WITH input AS (
       lease_owner = NULL, lease_expires_at = NULL
   FROM input i
   WHERE t.run_id = i.run_id AND t.node = i.node AND t.attempt = i.attempt AND t.state = 'running'
-  RETURNING t.run_id, t.node, t.downstream
+  RETURNING t.run_id, t.node, t.attempt, t.downstream
 ), edges AS (
   SELECT d.run_id, x.node, count(*)::int AS n
   FROM done d, unnest(d.downstream) AS x(node)
@@ -272,7 +293,7 @@ WITH input AS (
   FROM per_run p WHERE r.id = p.run_id
   RETURNING r.id
 )
-SELECT d.run_id, d.node,
+SELECT d.run_id, d.node, d.attempt,
   (SELECT count(pg_notify($5, w.workflow))
    FROM (SELECT DISTINCT workflow FROM released WHERE state = 'available') w)::int AS notified
 FROM done d`;

@@ -162,14 +162,22 @@ export class Worker {
       options.workerId ?? `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
     this.log = (options.logger ?? this.client.logger).child({ workerId: this.workerId });
     if (this.client.connectionString) {
-      const make = (max: number, options?: string) => {
+      const make = (max: number, onConnectSql?: string) => {
         const p = new pg.Pool({
           connectionString: this.client.connectionString,
           max,
           connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
           keepAlive: true,
-          ...(options ? { options } : {}),
         });
+        if (onConnectSql) {
+          // Queued ahead of the connection's first statement. A failure is only logged: the
+          // setting is a planner hint, and the claim works without it.
+          p.on('connect', (c) => {
+            c.query(onConnectSql).catch((err: Error) =>
+              this.log.warn({ err: err.message }, `could not run "${onConnectSql}"`),
+            );
+          });
+        }
         p.on('error', (err) => this.log.warn({ err: err.message }, 'idle connection lost'));
         return p;
       };
@@ -178,9 +186,11 @@ export class Worker {
       // after a burst of submissions, before autovacuum has analyzed the table, the planner
       // thinks the claimable backlog is tiny and reads all of it through a bitmap scan and a
       // sort on every claim (measured by bench/: 7.4 ms a claim at 20,000 claimable steps
-      // instead of 0.5 ms by the claim index, read in scheduled_at order). A URL that sets
-      // `options` itself replaces this.
-      this.controlPool = make(2, '-c enable_bitmapscan=off');
+      // instead of 0.5 ms by the claim index, read in scheduled_at order). A session SET, not a
+      // startup option (PgBouncer refuses unknown startup parameters); not sent when prepared
+      // statements are off, the sign of a transaction-pooling proxy, where a session setting
+      // would land on whichever server connection runs it.
+      this.controlPool = make(2, this.client.prepare ? 'SET enable_bitmapscan = off' : undefined);
       this.ownsPool = true;
     } else {
       this.pool = this.client.pool;
@@ -200,7 +210,10 @@ export class Worker {
     };
   }
 
-  /** Steps running now. */
+  /**
+   * Steps this worker holds now: handlers running, plus steps whose handler returned and whose
+   * outcome is being recorded (at most `concurrency` of each).
+   */
   get running(): number {
     return this.inflight.size;
   }
@@ -405,9 +418,13 @@ export class Worker {
     return rows.length;
   }
 
-  /** Extends the leases of all in-flight steps in one statement; aborts those found lost. */
+  /**
+   * Extends the leases of all in-flight steps in one statement, including those whose outcome
+   * waits to be recorded (their lease must outlive a slow completion); aborts the handlers of
+   * those found lost.
+   */
   private async heartbeat(): Promise<void> {
-    const batch = [...this.inflight.values()].filter((h) => !h.finishing);
+    const batch = [...this.inflight.values()];
     if (batch.length === 0) return;
     let rows: { run_id: string; node: string; attempt: number }[];
     try {

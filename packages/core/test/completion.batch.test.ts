@@ -4,6 +4,7 @@
  * same batch is released once; run counters move by the batch's sums.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CompletionBatcher } from '../src/completion-batcher.js';
 import { Client, newAction, newWorkflow } from '../src/index.js';
 import * as sql from '../src/sql.js';
 import { createTestDb, type TestDb } from './support/db.js';
@@ -98,5 +99,22 @@ describe('completeBatch', () => {
     for (const r of after) {
       expect(r).toEqual({ state: 'completed', steps_remaining: 0, steps_active: 0, done: true });
     }
+  });
+
+  it('the batcher reports a node that is in one batch at two attempts by attempt', async () => {
+    const { runId } = await client.submit(Diamond, {});
+    const [root] = (await claimAll()).filter((s) => s.run_id === runId);
+    if (!root) throw new Error('no root claimed');
+    // Another batch in flight first, so the two calls below queue into the same next batch.
+    const other = await client.submit(Diamond, {});
+    const [otherRoot] = (await claimAll()).filter((s) => s.run_id === other.runId);
+    if (!otherRoot) throw new Error('no root claimed');
+    const batcher = new CompletionBatcher(db.pool, Q, 'cyclone_cyclone');
+    const first = batcher.complete(otherRoot.run_id, otherRoot.node, otherRoot.attempt, 'null');
+    const stale = batcher.complete(root.run_id, root.node, root.attempt - 1, 'null');
+    const current = batcher.complete(root.run_id, root.node, root.attempt, 'null');
+    expect(await first).toBe(1);
+    expect(await stale).toBe(0);
+    expect(await current).toBe(1);
   });
 });
