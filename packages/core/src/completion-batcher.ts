@@ -37,9 +37,12 @@ export class CompletionBatcher {
     private readonly maxBatch = 500,
   ) {
     this.statement = sql.prepared(sql.completeBatch(q), prepare);
+    this.one = sql.prepared(sql.completeOne(q), prepare);
   }
 
   private readonly statement: { name?: string; text: string };
+  /** A batch of one (an idle worker completes at once): the form PostgreSQL plans once. */
+  private readonly one: { name?: string; text: string };
 
   /**
    * Completes one step (fenced on `attempt`) with `output` (JSON text) in the next batch.
@@ -55,15 +58,18 @@ export class CompletionBatcher {
   }
 
   private async send(batch: Pending[]): Promise<void> {
+    const only = batch.length === 1 ? batch[0] : undefined;
     const { rows } = await this.pool.query<{ run_id: string; node: string; attempt: number }>(
-      this.statement,
-      [
-        batch.map((p) => p.runId),
-        batch.map((p) => p.node),
-        batch.map((p) => p.attempt),
-        batch.map((p) => p.output),
-        this.channel,
-      ],
+      only ? this.one : this.statement,
+      only
+        ? [only.runId, only.node, only.attempt, only.output, this.channel]
+        : [
+            batch.map((p) => p.runId),
+            batch.map((p) => p.node),
+            batch.map((p) => p.attempt),
+            batch.map((p) => p.output),
+            this.channel,
+          ],
     );
     // Keyed by attempt too: a node re-claimed by this worker may be here at two attempts.
     const done = new Set(rows.map((r) => `${r.run_id}\u0000${r.node}\u0000${r.attempt}`));

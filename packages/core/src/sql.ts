@@ -250,10 +250,27 @@ FROM swept`;
  * Returns one row per step completed (run_id, node, attempt); a step missing from the result was
  * fenced out (the same node may be in a batch twice, at an old and a new attempt).
  */
-export const completeBatch = (s: string) => `
+export const completeBatch = (s: string) => completeFrom(s, BATCH_INPUT);
+
+/**
+ * `completeBatch` for exactly one step, with scalar parameters: $1 run_id, $2 node, $3 attempt,
+ * $4 output jsonb, $5 channel. The same transition; used on a handler's `completionTx` and for a
+ * batch of one. With array parameters PostgreSQL plans every execution again (a generic plan of
+ * `unnest($1)` is costed for 10 rows, so the per-call custom plan always looks cheaper): about
+ * 370 µs of server CPU per single-step completion, against 120 µs for this form, whose generic
+ * plan PostgreSQL keeps after five executions (measured on the bench machine).
+ */
+export const completeOne = (s: string) => completeFrom(s, ONE_INPUT);
+
+const BATCH_INPUT = `SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4::jsonb[])
+    AS i(run_id, node, attempt, output)`;
+const ONE_INPUT = `SELECT $1::uuid AS run_id, $2::text AS node, $3::int AS attempt,
+    $4::jsonb AS output`;
+
+/** The completion statement over the steps `input` selects (BATCH_INPUT or ONE_INPUT). */
+const completeFrom = (s: string, input: typeof BATCH_INPUT | typeof ONE_INPUT) => `
 WITH input AS (
-  SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4::jsonb[])
-    AS i(run_id, node, attempt, output)
+  ${input}
 ), done AS (
   UPDATE ${s}.cyclone_steps t
   SET state = 'completed', output = i.output, completed_at = now(), updated_at = now(),

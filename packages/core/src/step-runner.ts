@@ -60,7 +60,10 @@ interface Env {
   /** The worker's pool for control statements (claims, heartbeats); never held by handlers. */
   controlPool: pg.Pool;
   /** The completion and failure statements of the client's schema (sql.prepared), built once. */
-  statements: { complete: { name?: string; text: string }; fail: { name?: string; text: string } };
+  statements: {
+    completeOne: { name?: string; text: string };
+    fail: { name?: string; text: string };
+  };
   /** Called once when the handler settled (the step is being recorded): its slot may be reused. */
   onFinishing(): void;
   /** How long (ms) to keep retrying a write whose connection failed. */
@@ -314,12 +317,12 @@ async function execute(
     tx = undefined;
     let done = 0;
     try {
-      // The batch statement with one step: the same fenced transition the batcher uses.
-      const r = await c.query(env.statements.complete, [
-        [row.run_id],
-        [row.node],
-        [row.attempt],
-        [output],
+      // The batcher's fenced transition, in its single-step form (sql.completeOne).
+      const r = await c.query(env.statements.completeOne, [
+        row.run_id,
+        row.node,
+        row.attempt,
+        output,
         client.channel,
       ]);
       done = r.rows.length;

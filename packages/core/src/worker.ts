@@ -118,7 +118,7 @@ export class Worker {
   private readonly nodeKeys: string[];
   private readonly claimSql: { name?: string; text: string };
   private readonly statements: {
-    complete: { name?: string; text: string };
+    completeOne: { name?: string; text: string };
     fail: { name?: string; text: string };
   };
 
@@ -205,7 +205,7 @@ export class Worker {
     );
     this.claimSql = sql.prepared(sql.claim(this.client.q), this.client.prepare);
     this.statements = {
-      complete: sql.prepared(sql.completeBatch(this.client.q), this.client.prepare),
+      completeOne: sql.prepared(sql.completeOne(this.client.q), this.client.prepare),
       fail: sql.prepared(sql.fail(this.client.q), this.client.prepare),
     };
   }

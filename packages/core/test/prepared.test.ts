@@ -213,3 +213,42 @@ describe('plans of the prepared statements', () => {
     }
   });
 });
+
+describe('the single-step completion', () => {
+  it('keeps a generic plan (planned once per connection, not on every completion)', async () => {
+    const db = await createTestDb();
+    const client = new Client({ connectionString: db.url, poolSize: 1 });
+    const c = new pg.Client({ connectionString: db.url });
+    await c.connect();
+    try {
+      // A table of some size, analyzed, as in production (on a near-empty one the planner's
+      // costs differ and even the array form keeps a generic plan).
+      await client.submitMany(
+        Flow,
+        Array.from({ length: 3_000 }, (_, n) => ({ n })),
+      );
+      await c.query('ANALYZE cyclone.cyclone_steps; ANALYZE cyclone.cyclone_runs');
+      const { rows } = await c.query<{ run_id: string; node: string; attempt: number }>(
+        sql.claim('"cyclone"'),
+        [['prepared_flow'], 10, 'w', 60_000, ['prepared_flow/a', 'prepared_flow/b']],
+      );
+      expect(rows).toHaveLength(10);
+      const statement = sql.prepared(sql.completeOne('"cyclone"'));
+      for (const r of rows) {
+        const done = await c.query(statement, [r.run_id, r.node, r.attempt, '{"ok":true}', 'ch']);
+        expect(done.rows).toHaveLength(1);
+      }
+      const { rows: stats } = await c.query<{ generic_plans: string; custom_plans: string }>(
+        'SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = $1',
+        [statement.name],
+      );
+      // PostgreSQL tries five custom plans, then keeps the generic one when it is no dearer.
+      expect(Number(stats[0]?.custom_plans)).toBeLessThanOrEqual(5);
+      expect(Number(stats[0]?.generic_plans)).toBeGreaterThanOrEqual(5);
+    } finally {
+      await c.end();
+      await client.close();
+      await db.drop();
+    }
+  });
+});
