@@ -48,23 +48,24 @@ export function startChaos(o: ChaosOptions): Chaos {
   const loop = (async () => {
     let lastKill = Date.now();
     for (let round = 0; !stopped && killed.length < o.maxKills; round++) {
-      // The first kill soon (a short run must see one), then 0.7–1.3 × everyMs apart, counted
-      // from the previous kill (starting its replacement takes a second or two).
-      const pause =
-        (round === 0 ? Math.min(o.everyMs, 1_500) : o.everyMs) * (0.7 + Math.random() * 0.6);
+      // The first kill at once (a short run must see one: 60 orders are done in a second or two),
+      // then 0.7–1.3 × everyMs apart, counted from the previous kill (starting its replacement
+      // takes a second or two).
+      const pause = round === 0 ? 0 : o.everyMs * (0.7 + Math.random() * 0.6);
       await new Promise<void>((r) => {
         wake = r;
         setTimeout(r, Math.max(0, lastKill + pause - Date.now()));
       });
-      // Wait (up to 3 s) for a worker that holds leases: killing an idle one proves nothing.
+      // Wait (up to 3 s, looking every 20 ms: steps run for milliseconds) for a worker that
+      // holds leases: killing an idle one proves nothing.
       let victim: WorkerChild | undefined;
       let held = 0;
-      for (let i = 0; i < 30 && !stopped && !victim; i++) {
+      for (let i = 0; i < 150 && !stopped && !victim; i++) {
         const leases = await leasesHeld().catch(() => new Map<string, number>());
         const busy = o.workers.filter((w) => (leases.get(w.workerId) ?? 0) > 0);
         victim = busy[Math.floor(Math.random() * busy.length)];
         held = victim ? (leases.get(victim.workerId) ?? 0) : 0;
-        if (!victim) await sleep(100);
+        if (!victim) await sleep(20);
       }
       if (stopped || !victim) continue;
       await victim.kill();
