@@ -58,11 +58,11 @@ export interface WorkerOptions {
   /** LISTEN for NOTIFY pickup. Default true; polling always runs as the fallback. */
   listen?: boolean;
   /**
-   * Connections of the worker's pool for steps (each open `completionTx` holds one; completions
-   * and failures are recorded on it), when the client was made from a connectionString.
-   * Default `min(concurrency, 10)`. Claims, heartbeats and the sweep run on a separate pool of 2
-   * connections, so handlers holding transactions never starve the heartbeat. With a
-   * caller-given pool, everything shares it: size it at least `concurrency + 3`.
+   * Connections of the worker's pool for steps (each open `completionTx` holds one; failures
+   * are recorded on it), when the client was made from a connectionString. Default
+   * `min(concurrency, 10)`. Claims, heartbeats, the sweep and batched completions run on a
+   * separate pool of 3 connections, so handlers holding transactions never starve them. With a
+   * caller-given pool, everything shares it: size it at least `concurrency + 4`.
    */
   poolSize?: number;
 }
@@ -168,29 +168,43 @@ export class Worker {
           max,
           connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
           keepAlive: true,
+          // Run before the new connection is handed out (pg-pool awaits it). A failure is only
+          // logged: the settings are planner hints, and the statements work without them.
+          ...(onConnectSql
+            ? {
+                onConnect: async (c: pg.ClientBase) => {
+                  await c.query(onConnectSql).catch((err: Error) => {
+                    this.log.warn({ err: err.message }, `could not run "${onConnectSql}"`);
+                  });
+                },
+              }
+            : {}),
         });
-        if (onConnectSql) {
-          // Queued ahead of the connection's first statement. A failure is only logged: the
-          // setting is a planner hint, and the claim works without it.
-          p.on('connect', (c) => {
-            c.query(onConnectSql).catch((err: Error) =>
-              this.log.warn({ err: err.message }, `could not run "${onConnectSql}"`),
-            );
-          });
-        }
         p.on('error', (err) => this.log.warn({ err: err.message }, 'idle connection lost'));
         return p;
       };
       this.pool = make(options.poolSize ?? Math.min(this.concurrency, 10));
-      // Claims, heartbeats and the sweep only (never a handler's query): no bitmap scans. Right
-      // after a burst of submissions, before autovacuum has analyzed the table, the planner
-      // thinks the claimable backlog is tiny and reads all of it through a bitmap scan and a
-      // sort on every claim (measured by bench/: 7.4 ms a claim at 20,000 claimable steps
-      // instead of 0.5 ms by the claim index, read in scheduled_at order). A session SET, not a
-      // startup option (PgBouncer refuses unknown startup parameters); not sent when prepared
-      // statements are off, the sign of a transaction-pooling proxy, where a session setting
-      // would land on whichever server connection runs it.
-      this.controlPool = make(2, this.client.prepare ? 'SET enable_bitmapscan = off' : undefined);
+      // The engine's own statements only (claims, heartbeats, the sweep, batched completions;
+      // never a handler's query), with two planner settings (measured by bench/):
+      // - no bitmap scans: right after a burst of submissions, before autovacuum has analyzed
+      //   the table, the planner thinks the claimable backlog is tiny and reads all of it
+      //   through a bitmap scan and a sort on every claim (7.4 ms a claim at 20,000 claimable
+      //   steps instead of 0.5 ms by the claim index, read in scheduled_at order);
+      // - generic plans: a statement over arrays (`unnest($1)`) is otherwise planned again on
+      //   every execution, at 250–350 µs of server CPU, and at some batch sizes the per-call
+      //   plan is a worse one (a completion batch of 100: 82 µs a step, against 18 µs with the
+      //   generic plan, which goes by the primary key at every size; test/prepared.test.ts
+      //   checks those plans).
+      // A session SET, not a startup option (PgBouncer refuses unknown startup parameters); not
+      // sent when prepared statements are off, the sign of a transaction-pooling proxy, where a
+      // session setting would land on whichever server connection runs it. Three connections:
+      // a claim and a completion batch in flight, and one for the heartbeat and the sweep.
+      this.controlPool = make(
+        3,
+        this.client.prepare
+          ? 'SET enable_bitmapscan = off; SET plan_cache_mode = force_generic_plan'
+          : undefined,
+      );
       this.ownsPool = true;
     } else {
       this.pool = this.client.pool;
@@ -198,7 +212,7 @@ export class Worker {
       this.ownsPool = false;
     }
     this.completions = new CompletionBatcher(
-      this.pool,
+      this.controlPool,
       this.client.q,
       this.client.channel,
       this.client.prepare,

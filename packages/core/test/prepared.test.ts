@@ -152,6 +152,8 @@ describe('the worker control connections', () => {
           'SHOW enable_bitmapscan',
         );
         expect(rows[0]?.enable_bitmapscan).toBe('off');
+        const plans = await control.query<{ plan_cache_mode: string }>('SHOW plan_cache_mode');
+        expect(plans.rows[0]?.plan_cache_mode).toBe('force_generic_plan');
         // The step pool (where handlers' completionTx queries run) keeps the server's setting.
         const steps = (worker as unknown as { pool: pg.Pool }).pool;
         const s = await steps.query<{ enable_bitmapscan: string }>('SHOW enable_bitmapscan');
