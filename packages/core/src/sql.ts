@@ -35,7 +35,8 @@ export const channel = (schema: string) => `cyclone_${schema}`;
 
 /**
  * Inserts a run and all its steps in one statement. With a submit key, `ON CONFLICT (workflow,
- * submit_key) DO NOTHING`: no row comes back when the key exists (ARCHITECTURE.md § Submission).
+ * submit_key) WHERE submit_key IS NOT NULL DO NOTHING` (the partial unique index of migration 6): no
+ * row comes back when the key exists (ARCHITECTURE.md § Submission).
  * $1 id, $2 workflow, $3 input jsonb, $4 submit_key, $5 input_hash, $6 step count, $7 root
  * count, $8 nodes[], $9 actions[], $10 max_attempts[], $11 deps[], $12 downstream jsonb[],
  * $13 ancestors jsonb[], $14 channel.
@@ -45,7 +46,7 @@ WITH run AS (
   INSERT INTO ${s}.cyclone_runs
     (id, workflow, state, input, submit_key, input_hash, steps_remaining, steps_active)
   VALUES ($1, $2, 'running', $3::jsonb, $4, $5, $6, $7)
-  ON CONFLICT (workflow, submit_key) DO NOTHING
+  ON CONFLICT (workflow, submit_key) WHERE submit_key IS NOT NULL DO NOTHING
   RETURNING id
 ), steps AS (
   INSERT INTO ${s}.cyclone_steps
