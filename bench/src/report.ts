@@ -287,8 +287,10 @@ export function renderReport(input: ReportInput): string {
   out.push(
     `pgbench floor: \`pgbench -n -M prepared -c 10 -j 2\`, one transaction per job: \`SELECT … ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED\` on a partial index, [\`INSERT\` one row,] \`UPDATE … SET state = 'done'\`, COMMIT.`,
   );
-  out.push('');
-  out.push('History (row 7):');
+  if (Object.keys(input.history).length > 0) {
+    out.push('');
+    out.push('History (row 7):');
+  }
   for (const [sys, h] of Object.entries(input.history)) {
     out.push(`- ${sys}: ${h.what}; inserted and vacuumed in ${h.seconds.toFixed(1)} s`);
   }
