@@ -35,8 +35,7 @@ export const channel = (schema: string) => `cyclone_${schema}`;
 
 /**
  * Inserts a run and all its steps in one statement. With a submit key, `ON CONFLICT (workflow,
- * submit_key) WHERE submit_key IS NOT NULL DO NOTHING` (the partial unique index of migration 6): no
- * row comes back when the key exists (ARCHITECTURE.md § Submission).
+ * submit_key) DO NOTHING`: no row comes back when the key exists (ARCHITECTURE.md § Submission).
  * $1 id, $2 workflow, $3 input jsonb, $4 submit_key, $5 input_hash, $6 step count, $7 root
  * count, $8 nodes[], $9 actions[], $10 max_attempts[], $11 deps[], $12 downstream jsonb[],
  * $13 ancestors jsonb[], $14 channel.
@@ -46,7 +45,7 @@ WITH run AS (
   INSERT INTO ${s}.cyclone_runs
     (id, workflow, state, input, submit_key, input_hash, steps_remaining, steps_active)
   VALUES ($1, $2, 'running', $3::jsonb, $4, $5, $6, $7)
-  ON CONFLICT (workflow, submit_key) WHERE submit_key IS NOT NULL DO NOTHING
+  ON CONFLICT (workflow, submit_key) DO NOTHING
   RETURNING id
 ), steps AS (
   INSERT INTO ${s}.cyclone_steps
@@ -179,15 +178,24 @@ FROM f`;
 export const heartbeat = (s: string) => `
 WITH mine AS MATERIALIZED (
   SELECT t.run_id, t.node, t.attempt
-  FROM ${s}.cyclone_steps t
-  JOIN unnest($1::uuid[], $2::text[], $3::int[]) AS h(run_id, node, attempt)
-    ON t.run_id = h.run_id AND t.node = h.node AND t.attempt = h.attempt
-  WHERE t.state = 'running' AND t.lease_owner = $4
+  FROM unnest($1::uuid[], $2::text[], $3::int[]) AS h(run_id, node, attempt)
+  CROSS JOIN LATERAL (
+    -- One primary-key lookup per step, whatever the statistics say (LIMIT 1 keeps the planner
+    -- from flattening this into a join it might run as a scan of the table).
+    SELECT t.run_id, t.node, t.attempt FROM ${s}.cyclone_steps t
+    WHERE t.run_id = h.run_id AND t.node = h.node AND t.attempt = h.attempt
+      AND t.state = 'running' AND t.lease_owner = $4
+    LIMIT 1
+  ) t
 ), locked AS MATERIALIZED (
-  SELECT t.run_id, t.node FROM ${s}.cyclone_steps t
-  JOIN mine m ON t.run_id = m.run_id AND t.node = m.node AND t.attempt = m.attempt
-  WHERE t.state = 'running' AND t.lease_owner = $4
-  FOR UPDATE OF t SKIP LOCKED
+  SELECT l.run_id, l.node, l.attempt FROM mine m
+  CROSS JOIN LATERAL (
+    SELECT t.run_id, t.node, t.attempt FROM ${s}.cyclone_steps t
+    WHERE t.run_id = m.run_id AND t.node = m.node AND t.attempt = m.attempt
+      AND t.state = 'running' AND t.lease_owner = $4
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+  ) l
 ), extended AS (
   UPDATE ${s}.cyclone_steps t
   SET lease_expires_at = now() + make_interval(secs => $5::double precision / 1000)
@@ -196,8 +204,8 @@ WITH mine AS MATERIALIZED (
 )
 SELECT run_id, node, attempt FROM extended
 UNION ALL
-SELECT m.run_id, m.node, m.attempt FROM mine m
-WHERE NOT EXISTS (SELECT 1 FROM locked l WHERE l.run_id = m.run_id AND l.node = m.node)`;
+-- Held but locked right now; EXCEPT hashes, so this stays linear in the number of steps.
+(SELECT run_id, node, attempt FROM mine EXCEPT SELECT run_id, node, attempt FROM locked)`;
 
 /**
  * The recovery sweep: one statement that locks up to $1 `running` steps whose lease expired
@@ -223,7 +231,10 @@ WITH x AS MATERIALIZED (
         'message', 'lease expired (held by worker ' || coalesce(t.lease_owner, '?')
           || '): the worker died, stalled past its lease or lost its database connection'))
   FROM x WHERE t.run_id = x.run_id AND t.node = x.node
-    AND t.state = 'running' AND t.lease_expires_at < now()
+    -- The re-check on the locked row. Written with coalesce so that it does not imply the lease
+    -- index's predicate: the planner then joins x to the rows by the primary key instead of
+    -- reading every expired lease for each row of x (quadratic with stale statistics).
+    AND t.state = 'running' AND coalesce(t.lease_expires_at, 'infinity') < now()
   RETURNING t.run_id, t.node, t.workflow, t.state, t.attempt
 ), d AS (
   SELECT run_id, count(*)::int AS n FROM swept WHERE state = 'discarded' GROUP BY run_id
@@ -283,19 +294,32 @@ WITH input AS (
   SELECT d.run_id, x.node, count(*)::int AS n
   FROM done d, unnest(d.downstream) AS x(node)
   GROUP BY d.run_id, x.node
+), join_locks AS MATERIALIZED (
+  -- Lock order (no deadlock between two completions of one join): every completion locks the
+  -- downstream rows it changes in (run_id, node) order, all of them before any run row.
+  SELECT t.run_id, t.node FROM ${s}.cyclone_steps t
+  JOIN edges e ON t.run_id = e.run_id AND t.node = e.node
+  ORDER BY t.run_id, t.node
+  FOR UPDATE OF t
 ), released AS (
   UPDATE ${s}.cyclone_steps t
   SET deps_remaining = t.deps_remaining - e.n,
       state = CASE WHEN t.deps_remaining = e.n AND t.state = 'pending' THEN 'available' ELSE t.state END,
       scheduled_at = CASE WHEN t.deps_remaining = e.n THEN now() ELSE t.scheduled_at END,
       updated_at = now()
-  FROM edges e WHERE t.run_id = e.run_id AND t.node = e.node
+  FROM edges e JOIN join_locks l ON l.run_id = e.run_id AND l.node = e.node
+  WHERE t.run_id = e.run_id AND t.node = e.node
   RETURNING t.run_id, t.state, t.workflow
 ), per_run AS (
   SELECT d.run_id, count(*)::int AS completed,
          (SELECT count(*) FROM released r WHERE r.run_id = d.run_id AND r.state = 'available')::int
            AS released
   FROM done d GROUP BY d.run_id
+), run_locks AS MATERIALIZED (
+  -- Then the run rows, in id order. per_run counts the released rows, so these come after them.
+  SELECT r.id FROM ${s}.cyclone_runs r JOIN per_run p ON r.id = p.run_id
+  ORDER BY r.id
+  FOR UPDATE OF r
 ), runs AS (
   UPDATE ${s}.cyclone_runs r
   SET steps_remaining = r.steps_remaining - p.completed,
@@ -308,7 +332,8 @@ WITH input AS (
       completed_at = CASE WHEN r.state = 'running' AND (r.steps_remaining = p.completed
         OR r.steps_active - p.completed + p.released = 0) THEN now() ELSE r.completed_at END,
       updated_at = now()
-  FROM per_run p WHERE r.id = p.run_id
+  FROM per_run p JOIN run_locks l ON l.id = p.run_id
+  WHERE r.id = p.run_id
   RETURNING r.id
 )
 SELECT d.run_id, d.node, d.attempt,

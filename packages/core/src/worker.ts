@@ -226,7 +226,8 @@ export class Worker {
 
   /**
    * Steps this worker holds now: handlers running, plus steps whose handler returned and whose
-   * outcome is being recorded (at most `concurrency` of each).
+   * outcome is being recorded: at most `concurrency` handlers, and at most 2 × `concurrency`
+   * steps in all.
    */
   get running(): number {
     return this.inflight.size;
@@ -254,6 +255,9 @@ export class Worker {
    * Graceful stop: claims nothing new, lets in-flight handlers finish for up to `graceMs`
    * (default 30,000 ms), then aborts the rest (`ctx.signal`, reason "worker stopping"), records
    * their attempts as failed so they are retried at once elsewhere, and closes the worker's pool.
+   * Steps whose handler already returned are still recorded before it resolves, even past
+   * `graceMs` (a completion blocked behind another transaction's lock waits for it): giving them
+   * up would run a finished handler again.
    */
   async stop(options: { graceMs?: number } = {}): Promise<void> {
     if (this.state === 'stopped' || this.state === 'stopping') return;
@@ -348,8 +352,9 @@ export class Worker {
   /**
    * Steps the next claim may take. A slot is free once its handler settled, even while its
    * outcome is still being recorded (batched completion), so the next claim overlaps the
-   * completion statement instead of waiting for it; at most `concurrency` steps wait to be
-   * recorded, so a slow database does not let them pile up.
+   * completion statement instead of waiting for it. The worker holds at most 2 × `concurrency`
+   * steps in all (running or waiting to be recorded), so a slow database does not let them pile
+   * up.
    */
   private freeSlots(): number {
     const handlers = this.inflight.size - this.finishing;
