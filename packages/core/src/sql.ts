@@ -294,32 +294,27 @@ WITH input AS (
   SELECT d.run_id, x.node, count(*)::int AS n
   FROM done d, unnest(d.downstream) AS x(node)
   GROUP BY d.run_id, x.node
-), join_locks AS MATERIALIZED (
-  -- Lock order (no deadlock between two completions of one join): every completion locks the
-  -- downstream rows it changes in (run_id, node) order, all of them before any run row.
-  SELECT t.run_id, t.node FROM ${s}.cyclone_steps t
-  JOIN edges e ON t.run_id = e.run_id AND t.node = e.node
-  ORDER BY t.run_id, t.node
-  FOR UPDATE OF t
+  -- Lock order (no deadlock between two completions of one join): the downstream rows are
+  -- updated, so locked, in (run_id, node) order (a nested loop over this ordered CTE, checked
+  -- by test/prepared.test.ts), all of them before any run row, and the run rows in id order.
+  -- Explicit FOR UPDATE locks would do the same at the cost of a second write per row
+  -- (measured by bench/: no-op throughput 32,000 → 14,000 runs/s).
+  ORDER BY d.run_id, x.node
 ), released AS (
   UPDATE ${s}.cyclone_steps t
   SET deps_remaining = t.deps_remaining - e.n,
       state = CASE WHEN t.deps_remaining = e.n AND t.state = 'pending' THEN 'available' ELSE t.state END,
       scheduled_at = CASE WHEN t.deps_remaining = e.n THEN now() ELSE t.scheduled_at END,
       updated_at = now()
-  FROM edges e JOIN join_locks l ON l.run_id = e.run_id AND l.node = e.node
-  WHERE t.run_id = e.run_id AND t.node = e.node
+  FROM edges e WHERE t.run_id = e.run_id AND t.node = e.node
   RETURNING t.run_id, t.state, t.workflow
 ), per_run AS (
   SELECT d.run_id, count(*)::int AS completed,
          (SELECT count(*) FROM released r WHERE r.run_id = d.run_id AND r.state = 'available')::int
            AS released
   FROM done d GROUP BY d.run_id
-), run_locks AS MATERIALIZED (
-  -- Then the run rows, in id order. per_run counts the released rows, so these come after them.
-  SELECT r.id FROM ${s}.cyclone_runs r JOIN per_run p ON r.id = p.run_id
-  ORDER BY r.id
-  FOR UPDATE OF r
+  -- Run rows in id order; per_run counts the released rows, so they all come after those.
+  ORDER BY d.run_id
 ), runs AS (
   UPDATE ${s}.cyclone_runs r
   SET steps_remaining = r.steps_remaining - p.completed,
@@ -332,8 +327,7 @@ WITH input AS (
       completed_at = CASE WHEN r.state = 'running' AND (r.steps_remaining = p.completed
         OR r.steps_active - p.completed + p.released = 0) THEN now() ELSE r.completed_at END,
       updated_at = now()
-  FROM per_run p JOIN run_locks l ON l.id = p.run_id
-  WHERE r.id = p.run_id
+  FROM per_run p WHERE r.id = p.run_id
   RETURNING r.id
 )
 SELECT d.run_id, d.node, d.attempt,

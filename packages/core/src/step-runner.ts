@@ -347,7 +347,20 @@ async function execute(
         return;
       }
       // The transaction is rolled back (the statement failed or the connection died before
-      // COMMIT): record the attempt as failed.
+      // COMMIT): record the attempt as failed. A deadlock or serialization failure is a conflict
+      // between transactions, not the handler's fault: the attempt is given back and the step
+      // retried at once, so it never uses up maxAttempts (the handler runs again: at-least-once).
+      const code = (err as { code?: unknown }).code;
+      if (code === '40P01' || code === '40001') {
+        await recordFailure(
+          row,
+          env,
+          log,
+          { kind: 'conflict', nonRetryable: false, error: err, refundAttempt: true },
+          0,
+        );
+        return;
+      }
       await recordFailure(row, env, log, { kind: 'error', nonRetryable: false, error: err });
       return;
     }
