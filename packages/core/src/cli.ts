@@ -8,6 +8,8 @@ import { pathToFileURL } from 'node:url';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
 import {
   Client,
+  DEFAULT_DELETE_STATES,
+  FINISHED_RUN_STATES,
   type FinishedRunState,
   type RunInfo,
   type RunState,
@@ -219,7 +221,7 @@ export async function main(argv: readonly string[], io: Partial<CliIo> = {}): Pr
         },
         cmd: Command,
       ) => {
-        const states = opts.state ?? (['completed', 'cancelled'] as FinishedRunState[]);
+        const states = opts.state ?? [...DEFAULT_DELETE_STATES];
         await withClient(cmd, async (client) => {
           const { deleted } = await client.deleteFinishedRuns({
             olderThanMs: opts.olderThan,
@@ -282,14 +284,6 @@ export async function run(): Promise<never> {
   });
 }
 
-function parseLimit(value: string): number {
-  const n = Number(value);
-  if (!/^\d+$/.test(value) || !Number.isInteger(n) || n < 1 || n > 1000) {
-    throw new InvalidArgumentError('expected an integer from 1 to 1000');
-  }
-  return n;
-}
-
 const DURATION_UNITS: Record<string, number> = {
   ms: 1,
   s: 1000,
@@ -336,17 +330,16 @@ function parseInteger(value: string, min: number, max: number): number {
   return n;
 }
 
+const parseLimit = (value: string) => parseInteger(value, 1, 1000);
 const parseBatchSize = (value: string) => parseInteger(value, 1, 100_000);
 const parseMaxRuns = (value: string) => parseInteger(value, 1, Number.MAX_SAFE_INTEGER);
-
-const FINISHED_STATES: readonly FinishedRunState[] = ['completed', 'failed', 'cancelled'];
 
 function parseFinishedStates(value: string): FinishedRunState[] {
   const states = value.split(',').map((s) => s.trim());
   for (const s of states) {
-    if (!FINISHED_STATES.includes(s as FinishedRunState)) {
+    if (!FINISHED_RUN_STATES.includes(s as FinishedRunState)) {
       throw new InvalidArgumentError(
-        `expected a comma-separated list of ${FINISHED_STATES.join(', ')}${s === 'running' ? ' (a running run is never deleted)' : ''}`,
+        `expected a comma-separated list of ${FINISHED_RUN_STATES.join(', ')}${s === 'running' ? ' (a running run is never deleted)' : ''}`,
       );
     }
   }

@@ -20,7 +20,7 @@ import {
 import { DEFAULT_MAX_PAYLOAD_BYTES, encodePayload, hashJson, isStorableText } from './json.js';
 import { type Logger, silentLogger } from './logger.js';
 import { migrateCore } from './migrate.js';
-import { CONNECT_TIMEOUT_MS, withConnection } from './pg-util.js';
+import { CONNECT_TIMEOUT_MS, isTransactionConflict, withConnection } from './pg-util.js';
 import { DEFAULT_SCHEMA, quoteSchema } from './schema.js';
 import * as sql from './sql.js';
 
@@ -208,7 +208,13 @@ export interface DeleteFinishedRunsResult {
   deleted: number;
 }
 
-const FINISHED_STATES: readonly FinishedRunState[] = ['completed', 'failed', 'cancelled'];
+/** Every finished run state, and the ones `deleteFinishedRuns` deletes by default. */
+export const FINISHED_RUN_STATES: readonly FinishedRunState[] = [
+  'completed',
+  'failed',
+  'cancelled',
+];
+export const DEFAULT_DELETE_STATES: readonly FinishedRunState[] = ['completed', 'cancelled'];
 /** The largest `deleteFinishedRuns` batch. */
 const MAX_DELETE_BATCH = 100_000;
 /** Ages above this (~317 years) delete the same runs and would overflow PostgreSQL's timestamps. */
@@ -374,12 +380,9 @@ export class Client {
     const hashes: string[] = [];
     for (let i = 0; i < inputs.length; i++) {
       try {
-        const value = this.validateRunInput(workflow, inputs[i] as RI);
-        const { text } = wrapPayload(workflow.name, () =>
-          encodePayload(value, this.maxPayloadBytes, 'the run input'),
-        );
+        const { text, hash } = this.encodeRunInput(workflow, inputs[i] as RI);
         texts.push(text);
-        hashes.push(hashJson(JSON.parse(text) as Json));
+        hashes.push(hash);
       } catch (err) {
         if (err instanceof InputValidationError) {
           throw new InputValidationError(err.workflow, err.issues, err.node, i);
@@ -415,21 +418,19 @@ export class Client {
     ];
 
     const { tx } = options;
+    const statement = sql.prepared(sql.insertRuns(this.q), this.prepare);
     if (tx) {
       // A caller's transaction gets plain text (Tx.query), as in `insert`.
-      for (const chunk of chunks) await tx.query(sql.insertRuns(this.q), valuesOf(chunk));
-    } else if (chunks.length === 1) {
-      await this.pool.query(
-        sql.prepared(sql.insertRuns(this.q), this.prepare),
-        valuesOf({ from: 0, to: texts.length }),
-      );
+      for (const chunk of chunks) await tx.query(statement.text, valuesOf(chunk));
+      return { runIds };
+    }
+    if (chunks.length === 1) {
+      await this.pool.query(statement, valuesOf({ from: 0, to: texts.length }));
     } else {
       await withConnection(this.pool, async (c) => {
         try {
           await c.query('BEGIN');
-          for (const chunk of chunks) {
-            await c.query(sql.prepared(sql.insertRuns(this.q), this.prepare), valuesOf(chunk));
-          }
+          for (const chunk of chunks) await c.query(statement, valuesOf(chunk));
           await c.query('COMMIT');
         } catch (err) {
           await c.query('ROLLBACK').catch(() => {});
@@ -446,11 +447,7 @@ export class Client {
     key: string | null,
     tx: Tx | undefined,
   ): Promise<SubmitOnceResult> {
-    const value = this.validateRunInput(workflow, input);
-    const { text } = wrapPayload(workflow.name, () =>
-      encodePayload(value, this.maxPayloadBytes, 'the run input'),
-    );
-    const hash = hashJson(JSON.parse(text) as Json);
+    const { text, hash } = this.encodeRunInput(workflow, input);
     const runId = newRunId();
     const db: Tx = tx ?? this.pool;
     for (let i = 0; i < 5; i++) {
@@ -488,6 +485,20 @@ export class Client {
   }
 
   /** Validates and normalises a run input: the workflow schema, then roots' action schemas. */
+  /**
+   * A run input validated (validateRunInput), encoded as stored JSON text and hashed (the hash a
+   * submit key's later submissions are compared with).
+   * @throws InputValidationError as validateRunInput, or for a payload that is not storable JSON
+   *   or is over `maxPayloadBytes`.
+   */
+  private encodeRunInput<RI>(workflow: Workflow<RI>, input: RI): { text: string; hash: string } {
+    const value = this.validateRunInput(workflow, input);
+    const { text } = wrapPayload(workflow.name, () =>
+      encodePayload(value, this.maxPayloadBytes, 'the run input'),
+    );
+    return { text, hash: hashJson(JSON.parse(text) as Json) };
+  }
+
   private validateRunInput<RI>(workflow: Workflow<RI>, input: RI): unknown {
     let value: unknown = input;
     if (workflow.inputSchema) {
@@ -745,8 +756,7 @@ export class Client {
           }
         });
       } catch (err) {
-        const code = (err as { code?: string }).code;
-        if ((code === '40P01' || code === '40001') && attempt < 5) continue;
+        if (isTransactionConflict(err) && attempt < 5) continue;
         throw err;
       }
     }
@@ -806,12 +816,12 @@ function validateDeleteOptions(options: DeleteFinishedRunsOptions): {
     options.maxRuns === undefined
       ? Number.POSITIVE_INFINITY
       : integer('maxRuns', options.maxRuns, 1, Number.MAX_SAFE_INTEGER);
-  const states = options.states ?? ['completed', 'cancelled'];
+  const states = options.states ?? DEFAULT_DELETE_STATES;
   if (
     !Array.isArray(states) ||
     states.length === 0 ||
     // Spread, so a hole in a sparse array counts as a bad state.
-    [...states].some((s) => !FINISHED_STATES.includes(s))
+    [...states].some((s) => !FINISHED_RUN_STATES.includes(s))
   ) {
     throw new ConfigError(
       `deleteFinishedRuns: states must be a non-empty array of 'completed', 'failed' and 'cancelled' (a running run is never deleted), got ${describeValue(states)}`,

@@ -29,6 +29,15 @@ export function isConnectionError(err: unknown): boolean {
 }
 
 /**
+ * True for a deadlock (SQLSTATE 40P01) or a serialization failure (40001): PostgreSQL rolled the
+ * statement's transaction back because of another transaction, so running it again is right.
+ */
+export function isTransactionConflict(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null | undefined)?.code;
+  return code === '40P01' || code === '40001';
+}
+
+/**
  * Runs `fn` with a connection checked out of `pool`. While checked out, the connection has an
  * 'error' listener of ours (pg emits 'error' on a checked-out client whose connection dies; with
  * no listener that crashes the process), and it is destroyed rather than reused when `fn` failed

@@ -18,7 +18,7 @@ import {
 } from './errors.js';
 import { encodePayload, storableText } from './json.js';
 import { LazyChildLogger, type Logger } from './logger.js';
-import { isConnectionError, sleep } from './pg-util.js';
+import { isConnectionError, isTransactionConflict, sleep } from './pg-util.js';
 import { redactSecrets } from './redact.js';
 import type { WorkerStats } from './worker.js';
 
@@ -75,7 +75,10 @@ type Failure = {
   kind: string;
   error: unknown;
   nonRetryable: boolean;
-  /** The attempt was cut short by the worker's stop: give it back (see sql.fail). */
+  /**
+   * Give the attempt back (see sql.fail): it was cut short by the worker's stop, or its
+   * completionTx lost a conflict with another transaction; neither is the handler's doing.
+   */
   refundAttempt?: boolean;
 };
 
@@ -350,8 +353,7 @@ async function execute(
       // COMMIT): record the attempt as failed. A deadlock or serialization failure is a conflict
       // between transactions, not the handler's fault: the attempt is given back and the step
       // retried at once, so it never uses up maxAttempts (the handler runs again: at-least-once).
-      const code = (err as { code?: unknown }).code;
-      if (code === '40P01' || code === '40001') {
+      if (isTransactionConflict(err)) {
         await recordFailure(
           row,
           env,
@@ -381,8 +383,7 @@ async function execute(
       );
     }
   } catch (err) {
-    const code = (err as { code?: unknown }).code;
-    if (isConnectionError(err) || code === '40P01' || code === '40001') {
+    if (isConnectionError(err) || isTransactionConflict(err)) {
       log.error(
         { err: String(err) },
         'could not record completion; the lease will expire and the step run again',
@@ -508,8 +509,7 @@ async function withRetry<T>(env: Env, log: Logger, fn: () => Promise<T>): Promis
     } catch (err) {
       // The statements retried here are fenced, so running one twice is harmless; a deadlock or
       // serialization failure (40P01, 40001) rolled the statement back and is retried too.
-      const code = (err as { code?: unknown }).code;
-      const transient = isConnectionError(err) || code === '40P01' || code === '40001';
+      const transient = isConnectionError(err) || isTransactionConflict(err);
       if (!transient || Date.now() >= deadline) throw err;
       log.warn({ err: String(err) }, 'database connection failed; retrying');
       await sleep(Math.min(50 * 2 ** i, 2_000));
