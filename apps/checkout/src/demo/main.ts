@@ -145,7 +145,7 @@ async function main(): Promise<number> {
       maxKills: opts.maxKills,
       onKill: (victim, held, replacement) =>
         say(
-          `demo: SIGKILL ${victim.name} (pid ${victim.pid}) holding ${held} step${held === 1 ? '' : 's'}; started ${replacement.name} (pid ${replacement.pid})`,
+          `demo: SIGKILL ${victim.name} (pid ${victim.pid}) holding ${held} step${held === 1 ? '' : 's'}${held === 0 ? ' (they had just finished; another kill follows)' : ''}; started ${replacement.name} (pid ${replacement.pid})`,
         ),
     });
 
@@ -243,6 +243,7 @@ async function main(): Promise<number> {
       ordersSent: opts.orders,
       prefix,
       killedWorkerIds: [...chaos.killed],
+      missedKillIds: [...chaos.missed],
       killsWanted: opts.maxKills > 0,
       faultsInjected: faults.order ? 3 : 0,
       faultsHit: faultsHit().length,

@@ -12,7 +12,7 @@ export interface DemoOptions {
   concurrency: number;
   /** Mean interval between two SIGKILLs, ms. */
   killEveryMs: number;
-  /** Most workers killed (Infinity: until the work is done). */
+  /** Most kills that catch a worker holding steps (Infinity: until the work is done). */
   maxKills: number;
   /** Drop one response of each provider after its effect. */
   faults: boolean;
@@ -29,7 +29,7 @@ export const USAGE = `pnpm demo [options]
   --resend R        share of orders re-sent after a client timeout, 0..1 (default 0.2)
   --concurrency N   HTTP requests in flight (default 16)
   --kill-every S    seconds between two SIGKILLs, on average (default 3)
-  --kills N         most workers to kill (default: no limit; 0 kills none)
+  --kills N         most kills that catch a worker holding steps (default: no limit; 0 kills none)
   --no-faults       do not drop provider responses
   --timeout S       fail if the work is not done after S seconds (default 240)
   --json            also print the summary as a SUMMARY {json} line

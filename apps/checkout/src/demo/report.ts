@@ -26,7 +26,10 @@ export interface Figures {
   providerRequests: { stripe: number; sendgrid: number; twilio: number };
   stepsWithRetries: number;
   stepsRecoveredFromDeadWorkers: number;
+  /** Workers SIGKILLed while they held steps. */
   workersKilled: number;
+  /** SIGKILLs that came just after the victim's steps had finished (not counted above). */
+  killsMissed: number;
   responsesDropped: number;
   unknownOutcomesResolved: number;
   unknownOutcomes: { provider: string; resolvedBy: string; count: number }[];
@@ -57,6 +60,8 @@ export interface VerdictInput {
   ordersSent: number;
   prefix: string;
   killedWorkerIds: string[];
+  /** Workers killed when they held no step any more. */
+  missedKillIds: string[];
   killsWanted: boolean;
   faultsInjected: number;
   faultsHit: number;
@@ -178,6 +183,7 @@ export async function verdict(v: VerdictInput): Promise<Verdict> {
     stepsWithRetries: steps.retried,
     stepsRecoveredFromDeadWorkers: recovered,
     workersKilled: v.killedWorkerIds.length,
+    killsMissed: v.missedKillIds.length,
     responsesDropped: v.faultsHit,
     unknownOutcomesResolved: unknownResolved,
     unknownOutcomes: unknown.rows.map((r) => ({
@@ -286,6 +292,7 @@ export function render(v: Verdict): string {
     ['duplicates (must be 0)', f.duplicates],
     ['steps with attempts > 1', f.stepsWithRetries],
     ['workers SIGKILLed', f.workersKilled],
+    ['SIGKILLs just after the steps finished (not counted)', f.killsMissed],
     ['steps recovered from dead workers', f.stepsRecoveredFromDeadWorkers],
     ['provider responses dropped after the effect', f.responsesDropped],
     ['unknown outcomes resolved', [f.unknownOutcomesResolved, ...how].join('\n')],
