@@ -1,0 +1,55 @@
+/**
+ * The step fence, written once: "this step is still `running` at this attempt". Every write that
+ * must not outlive its claim (a completion, a failure, a ledger row letting a provider call
+ * through, `ctx.assertLease()`) carries it, because the attempt a claim sets is its fencing
+ * token: a worker whose lease was taken over finds its attempt gone and its write refused.
+ *
+ * The fragments take SQL expressions (a parameter such as `$1`, or a column such as `l.run_id`)
+ * and the quoted schema; sibling packages embed them in their own statements through
+ * `@cyclone/core/internal`, so no other package names the engine's tables.
+ */
+
+/**
+ * A boolean SQL expression: the step `(run, node)` is `running` at attempt `attempt`.
+ * @param s the quoted schema.
+ * @param run, node, attempt SQL expressions for the step's identity and the claim's attempt.
+ */
+export const stepHeldSql = (s: string, run: string, node: string, attempt: string) =>
+  `EXISTS (SELECT 1 FROM ${s}.cyclone_steps st
+           WHERE st.run_id = ${run} AND st.node = ${node} AND st.attempt = ${attempt}
+             AND st.state = 'running')`;
+
+/**
+ * A boolean SQL expression: some attempt of the step `(run, node)` is `running` now (whoever
+ * holds it). Used to change a record only while no attempt of its step can be writing it.
+ */
+export const stepRunningSql = (s: string, run: string, node: string) =>
+  `EXISTS (SELECT 1 FROM ${s}.cyclone_steps st
+                  WHERE st.run_id = ${run} AND st.node = ${node} AND st.state = 'running')`;
+
+/**
+ * A boolean SQL expression: an operator reopened the step `(run, node)` (`Client.retry`,
+ * `retryAll`) when it had reached an attempt in `[from, before)`: attempts after that come
+ * from the operator's retry.
+ */
+export const stepReopenedBetweenSql = (
+  s: string,
+  run: string,
+  node: string,
+  from: string,
+  before: string,
+) => `EXISTS (
+         SELECT 1 FROM ${s}.cyclone_steps st
+         WHERE st.run_id = ${run} AND st.node = ${node}
+           AND st.reopened_after_attempt >= ${from} AND st.reopened_after_attempt < ${before}
+       )`;
+
+/**
+ * A join clause to a record's run: `JOIN <runs> <alias> ON <alias>.id = <runId>`, whose columns
+ * `state` and `completed_at` a retention statement filters on.
+ */
+export const joinRunSql = (s: string, alias: string, runId: string) =>
+  `JOIN ${s}.cyclone_runs ${alias} ON ${alias}.id = ${runId}`;
+
+/** The step fence as one statement: `held` is true while `($1 run_id, $2 node, $3 attempt)` is running. */
+export const selectStepHeld = (s: string) => `SELECT ${stepHeldSql(s, '$1', '$2', '$3')} AS held`;
