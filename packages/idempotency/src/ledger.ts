@@ -2,7 +2,8 @@
  * The ledger outside a handler: its migration, inspection, operator resolution of unknown
  * outcomes, and retention (PROVIDERS.md § 4.2, 5).
  */
-import { applyMigrations, type Client, type Json, PayloadError, toJson } from '@cyclone/core';
+import { type Client, type Json, PayloadError } from '@cyclone/core';
+import { applyMigrations, toJson } from '@cyclone/core/internal';
 import { IdempotencyPayloadError, IdempotencyUsageError, type StoredFailure } from './errors.js';
 import { migrations } from './migrations.generated.js';
 import * as sql from './sql.js';
@@ -10,7 +11,7 @@ import * as sql from './sql.js';
 /**
  * Applies the migrations of the ledger (component `idempotency`, same schema and mechanism as
  * core: `applyMigrations`, advisory-locked, so concurrent calls are safe). Applies core's
- * migrations first (a no-op when current), since the ledger references `cyclone_runs`.
+ * migrations first (a no-op when current), since every ledger row references its run.
  * @returns the names of the ledger migrations applied now (empty when up to date).
  * @throws the database error of a failing migration (nothing of that call is applied).
  */

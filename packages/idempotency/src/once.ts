@@ -14,17 +14,15 @@
  * 4. An unknown outcome left by an earlier attempt waits out the quiet period (retryable
  *    `InProgressError`), then follows `onUnknown`: `fail`, `recall` or a reconcile function.
  */
+import { type Context, type Json, LeaseLostError, PayloadError } from '@cyclone/core';
 import {
-  type Context,
   hashJson,
   isConnectionError,
-  type Json,
-  LeaseLostError,
-  PayloadError,
   redactSecrets,
+  selectStepHeld,
   storableText,
   toJson,
-} from '@cyclone/core';
+} from '@cyclone/core/internal';
 import {
   AmbiguousOutcomeError,
   DefinitiveFailureError,
@@ -431,7 +429,7 @@ async function claim<T>(ctx: Context, opts: Normalised<T>): Promise<Decision> {
       result = await branch(ctx, opts, row, c);
     } else {
       // No row and no insert: the step fence failed, or the row vanished (reaped) meanwhile.
-      const f = await c.query<{ held: boolean }>(sql.stepFence(q), [
+      const f = await c.query<{ held: boolean }>(selectStepHeld(q), [
         ctx.runId,
         ctx.node,
         ctx.attempt,

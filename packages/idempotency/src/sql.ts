@@ -7,14 +7,15 @@
  * `ctx.assertLease()` — is embedded in each statement that lets a call through, so the fence
  * re-check and the `call_started_at` stamp are one atomic statement, committed before the call.
  */
+import {
+  joinRunSql,
+  stepHeldSql,
+  stepReopenedBetweenSql,
+  stepRunningSql,
+} from '@cyclone/core/internal';
 
 /** The ledger table's name (in the configured schema). */
 export const LEDGER_TABLE = 'cyclone_idempotency';
-
-const fence = (s: string, run: string, node: string, attempt: string) =>
-  `EXISTS (SELECT 1 FROM ${s}.cyclone_steps st
-           WHERE st.run_id = ${run} AND st.node = ${node} AND st.attempt = ${attempt}
-             AND st.state = 'running')`;
 
 /**
  * Step 1 of PROVIDERS.md § 4.2, the fast path, in one round trip: inserts the key as `started`,
@@ -31,7 +32,7 @@ WITH ins AS (
     (run_id, key, node, scope, provider, operation, request_hash, phase, owner_attempt,
      call_started_at, calls)
   SELECT $1, $2, $3, $4, $5, $6, $7, 'started', $8, now(), 1
-  WHERE ${fence(s, '$1', '$3', '$8')}
+  WHERE ${stepHeldSql(s, '$1', '$3', '$8')}
   ON CONFLICT (run_id, key) DO NOTHING
   RETURNING generation, calls
 )
@@ -55,11 +56,7 @@ export const lockRow = (s: string) => `
 SELECT l.node, l.phase, l.request_hash, l.generation, l.owner_attempt, l.calls, l.result,
        l.error, l.provider_ref, l.call_started_at,
        (extract(epoch FROM (now() - l.call_started_at)) * 1000)::float8 AS call_age_ms,
-       EXISTS (
-         SELECT 1 FROM ${s}.cyclone_steps st
-         WHERE st.run_id = l.run_id AND st.node = l.node
-           AND st.reopened_after_attempt >= l.owner_attempt AND st.reopened_after_attempt < $3
-       ) AS discarded_since
+       ${stepReopenedBetweenSql(s, 'l.run_id', 'l.node', 'l.owner_attempt', '$3')} AS discarded_since
 FROM ${s}.${LEDGER_TABLE} l
 WHERE l.run_id = $1 AND l.key = $2
 FOR UPDATE OF l`;
@@ -74,7 +71,7 @@ UPDATE ${s}.${LEDGER_TABLE} l
 SET phase = 'started', owner_attempt = $4, generation = l.generation + $5,
     call_started_at = now(), calls = l.calls + 1, result = NULL, provider_ref = NULL,
     updated_at = now()
-WHERE l.run_id = $1 AND l.key = $2 AND ${fence(s, '$1', '$3', '$4')}
+WHERE l.run_id = $1 AND l.key = $2 AND ${stepHeldSql(s, '$1', '$3', '$4')}
 RETURNING generation, calls`;
 
 /**
@@ -84,7 +81,7 @@ RETURNING generation, calls`;
 export const ownForReconcile = (s: string) => `
 UPDATE ${s}.${LEDGER_TABLE} l
 SET phase = 'unknown', owner_attempt = $4, updated_at = now()
-WHERE l.run_id = $1 AND l.key = $2 AND ${fence(s, '$1', '$3', '$4')}
+WHERE l.run_id = $1 AND l.key = $2 AND ${stepHeldSql(s, '$1', '$3', '$4')}
 RETURNING generation, calls`;
 
 /**
@@ -95,7 +92,7 @@ export const stampRecall = (s: string) => `
 UPDATE ${s}.${LEDGER_TABLE} l
 SET phase = 'started', call_started_at = now(), calls = l.calls + 1, updated_at = now()
 WHERE l.run_id = $1 AND l.key = $2 AND l.owner_attempt = $4 AND l.generation = $5
-  AND l.phase IN ('started', 'unknown') AND ${fence(s, '$1', '$3', '$4')}
+  AND l.phase IN ('started', 'unknown') AND ${stepHeldSql(s, '$1', '$3', '$4')}
 RETURNING generation, calls`;
 
 /**
@@ -143,9 +140,6 @@ UPDATE ${s}.${LEDGER_TABLE}
 SET call_started_at = NULL, calls = greatest(calls - 1, 0), updated_at = now()
 WHERE run_id = $1 AND key = $2 AND owner_attempt = $3 AND generation = $4 AND phase = 'started'`;
 
-/** The step fence alone. $1 run_id, $2 node, $3 attempt. */
-export const stepFence = (s: string) => `SELECT ${fence(s, '$1', '$2', '$3')} AS held`;
-
 /** One row by key. $1 run_id, $2 key. */
 export const selectRow = (s: string) =>
   `SELECT * FROM ${s}.${LEDGER_TABLE} WHERE run_id = $1 AND key = $2`;
@@ -170,8 +164,7 @@ SET phase = CASE WHEN $3 = 'succeeded' THEN 'succeeded' ELSE 'started' END,
     call_started_at = CASE WHEN $3 = 'succeeded' THEN l.call_started_at ELSE NULL END,
     updated_at = now()
 WHERE l.run_id = $1 AND l.key = $2 AND l.phase <> 'succeeded'
-  AND NOT EXISTS (SELECT 1 FROM ${s}.cyclone_steps st
-                  WHERE st.run_id = l.run_id AND st.node = l.node AND st.state = 'running')
+  AND NOT ${stepRunningSql(s, 'l.run_id', 'l.node')}
 RETURNING l.phase, l.generation`;
 
 /**
@@ -182,7 +175,7 @@ RETURNING l.phase, l.generation`;
 export const reap = (s: string) => `
 WITH victims AS MATERIALIZED (
   SELECT l.run_id, l.key
-  FROM ${s}.${LEDGER_TABLE} l JOIN ${s}.cyclone_runs r ON r.id = l.run_id
+  FROM ${s}.${LEDGER_TABLE} l ${joinRunSql(s, 'r', 'l.run_id')}
   WHERE r.state = ANY($2::text[]) AND r.completed_at IS NOT NULL
     AND r.completed_at < now() - make_interval(secs => $1::double precision / 1000)
   LIMIT $3

@@ -5,7 +5,8 @@
  *   (core's `redactSecrets`), and so is the step's recorded error;
  * - a message cut at its 2,000-character limit inside a surrogate pair.
  */
-import { Client, newAction, newWorkflow, REDACTED, type Worker } from '@cyclone/core';
+import { Client, newAction, newWorkflow, type Worker } from '@cyclone/core';
+import { REDACTED } from '@cyclone/core/internal';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { getLedgerEntry, OutcomeError, once } from '../src/index.js';
 import { createTestDb, type TestDb } from './support/db.js';

@@ -2,7 +2,7 @@
  * This package's table (the Event Webhook events, migrations/000001_events.sql) and how to
  * reach it: a pool and the Cyclone schema. A core `Client` fits `SendgridDb` as it is.
  */
-import { migrateComponent } from '@cyclone/core';
+import { migrateComponent } from '@cyclone/core/internal';
 import type { AdapterDb } from '@cyclone/idempotency';
 import { migrations } from './migrations.generated.js';
 

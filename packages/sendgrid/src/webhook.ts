@@ -12,7 +12,7 @@
  */
 import { createPublicKey, verify } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { DEFAULT_SCHEMA, quoteSchema } from '@cyclone/core';
+import { DEFAULT_SCHEMA, quoteSchema } from '@cyclone/core/internal';
 import type { SendgridDb } from './db.js';
 
 /** Header with the base64 DER ECDSA signature of a Signed Event Webhook request. */

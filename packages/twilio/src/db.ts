@@ -2,7 +2,7 @@
  * This package's table (the status callbacks, migrations/000001_status_callbacks.sql) and how to
  * reach it: a pool and the Cyclone schema. A core `Client` fits `TwilioDb` as it is.
  */
-import { migrateComponent } from '@cyclone/core';
+import { migrateComponent } from '@cyclone/core/internal';
 import type { AdapterDb } from '@cyclone/idempotency';
 import { migrations } from './migrations.generated.js';
 

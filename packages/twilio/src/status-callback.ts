@@ -7,7 +7,7 @@
  * adapter's reconciler finds the message SID of a key whose create call had an unknown outcome.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { DEFAULT_SCHEMA, quoteSchema } from '@cyclone/core';
+import { DEFAULT_SCHEMA, quoteSchema } from '@cyclone/core/internal';
 import twilio from 'twilio';
 import type { TwilioDb } from './db.js';
 
