@@ -10,15 +10,15 @@ export {
 } from './key.js';
 export * from './ledger.js';
 export * from './on-conflict.js';
+export { once } from './once.js';
 export {
   type CallInfo,
   DEFAULT_LOCK_TIMEOUT_MS,
   DEFAULT_QUIET_PERIOD_MS,
   type OnceOptions,
-  once,
   type Reconcile,
   type ReconcileInfo,
   type UnknownPolicy,
-} from './once.js';
+} from './once-options.js';
 export * from './outcome.js';
 export { LEDGER_TABLE } from './sql.js';
