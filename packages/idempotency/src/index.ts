@@ -1,4 +1,10 @@
-export type { AdapterDb, Queryable } from './adapter-db.js';
+export {
+  type AdapterDb,
+  type AdapterMigrationDb,
+  type AdapterTables,
+  defineAdapterTables,
+  type Queryable,
+} from './adapter-db.js';
 export * from './errors.js';
 export {
   BOUND_DIGEST_LENGTH,

@@ -1,5 +1,4 @@
 export { classifySendGridError, isSendGridResponseError } from './classify.js';
-export { migrateSendgrid, type Queryable, type SendgridDb } from './db.js';
 export {
   type IdempotentMail,
   type IdempotentMailOptions,
@@ -12,6 +11,7 @@ export {
   DEFAULT_MAIL_TIMEOUT_MS,
   type MailServiceOptions,
 } from './mail-service.js';
+export { migrateSendgrid, type Queryable, type SendgridDb } from './tables.js';
 export {
   EVENT_SIGNATURE_HEADER,
   EVENT_TIMESTAMP_HEADER,

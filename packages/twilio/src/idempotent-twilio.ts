@@ -21,8 +21,8 @@ import type {
   MessageListInstanceCreateOptions,
 } from 'twilio/lib/rest/api/v2010/account/message.js';
 import { classifyTwilioError } from './classify.js';
-import type { TwilioDb } from './db.js';
 import { callbacksForKey, statusCallbackUrl } from './status-callback.js';
+import type { TwilioDb } from './tables.js';
 
 /** What a guarded create returns (and what the ledger stores and replays). JSON. */
 export interface SentSms {

@@ -1,5 +1,4 @@
 export { classifyTwilioError, isTwilioHttpError } from './classify.js';
-export { migrateTwilio, type Queryable, type TwilioDb } from './db.js';
 export {
   type IdempotentTwilio,
   type IdempotentTwilioOptions,
@@ -23,3 +22,4 @@ export {
   statusCallbackListener,
   statusCallbackUrl,
 } from './status-callback.js';
+export { migrateTwilio, type Queryable, type TwilioDb } from './tables.js';

@@ -7,9 +7,8 @@
  * adapter's reconciler finds the message SID of a key whose create call had an unknown outcome.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { DEFAULT_SCHEMA, quoteSchema } from '@cyclone/core/internal';
 import twilio from 'twilio';
-import type { TwilioDb } from './db.js';
+import { type TwilioDb, twilioTables } from './tables.js';
 
 /** The query parameter of the status callback URL that carries the idempotency key. */
 export const KEY_PARAM = 'ck';
@@ -87,7 +86,7 @@ export async function handleStatusCallback(
   options: StatusCallbackOptions,
   request: StatusCallbackRequest,
 ): Promise<StatusCallbackResult> {
-  const q = quoteSchema(options.schema ?? DEFAULT_SCHEMA);
+  const q = twilioTables.schemaOf(options);
   if (
     !request.signature ||
     !twilio.validateRequest(options.authToken, request.signature, request.url, request.params)
@@ -213,7 +212,7 @@ export interface RecordedCallback {
  * @throws the database error.
  */
 export async function callbacksForKey(db: TwilioDb, key: string): Promise<RecordedCallback[]> {
-  const q = quoteSchema(db.schema ?? DEFAULT_SCHEMA);
+  const q = twilioTables.schemaOf(db);
   const { rows } = await db.pool.query(
     `SELECT message_sid, message_status, error_code, to_number, from_number, received_at
      FROM ${q}.cyclone_twilio_callbacks WHERE cyclone_key = $1 ORDER BY received_at, id`,

@@ -5,7 +5,7 @@
 import { Client } from '@cyclone/core';
 import { migrateIdempotency } from '@cyclone/idempotency';
 import { templateSetup } from '@cyclone/testkit';
-import { migrateSendgrid } from '../../src/db.js';
+import { migrateSendgrid } from '../../src/tables.js';
 import { TEMPLATE_ENV } from './db.js';
 
 export default templateSetup(TEMPLATE_ENV, async (pool) => {

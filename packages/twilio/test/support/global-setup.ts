@@ -5,7 +5,7 @@
 import { Client } from '@cyclone/core';
 import { migrateIdempotency } from '@cyclone/idempotency';
 import { templateSetup } from '@cyclone/testkit';
-import { migrateTwilio } from '../../src/db.js';
+import { migrateTwilio } from '../../src/tables.js';
 import { TEMPLATE_ENV } from './db.js';
 
 export default templateSetup(TEMPLATE_ENV, async (pool) => {
