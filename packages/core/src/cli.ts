@@ -11,14 +11,12 @@ import {
   DEFAULT_DELETE_STATES,
   FINISHED_RUN_STATES,
   type FinishedRunState,
-  type RunInfo,
-  type RunState,
-  type RunSummary,
-  type StepInfo,
 } from './client.js';
 import { resolveDatabaseUrl } from './embedded.js';
 import { ConfigError, CycloneError } from './errors.js';
 import { quoteSchema } from './schema.js';
+import { selectStepEdges } from './sql/runs.js';
+import type { RunInfo, RunState, RunSummary, StepInfo } from './types.js';
 
 /** Where the CLI writes and what environment it reads; `process`'s by default. */
 export interface CliIo {
@@ -348,10 +346,7 @@ function parseFinishedStates(value: string): FinishedRunState[] {
 
 /** The direct upstream nodes of each step, read from the stored DAG (`downstream`). */
 async function withUpstream(client: Client, run: RunInfo): Promise<CliStep[]> {
-  const { rows } = await client.pool.query<{ node: string; downstream: string[] }>(
-    `SELECT node, downstream FROM ${client.q}.cyclone_steps WHERE run_id = $1`,
-    [run.runId],
-  );
+  const rows = await selectStepEdges(client.pool, client.db, run.runId);
   const after = new Map<string, string[]>(run.steps.map((s) => [s.node, []]));
   for (const r of rows) for (const d of r.downstream) after.get(d)?.push(r.node);
   return run.steps.map((s) => ({ ...s, after: (after.get(s.node) ?? []).sort() }));

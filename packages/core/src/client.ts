@@ -5,7 +5,8 @@
 
 import pg from 'pg';
 import { v7 as uuidv7 } from 'uuid';
-import type { Json, Tx, Workflow } from './definitions.js';
+import { CONNECT_TIMEOUT_MS, type Db, isTransactionConflict, withTransaction } from './db.js';
+import type { Workflow } from './definitions.js';
 import {
   ConfigError,
   InputValidationError,
@@ -14,84 +15,16 @@ import {
   PayloadError,
   RunNotFoundError,
   SubmitKeyConflictError,
-  type ValidationIssue,
   WaitTimeoutError,
+  zodIssues,
 } from './errors.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES, encodePayload, hashJson, isStorableText } from './json.js';
 import { type Logger, silentLogger } from './logger.js';
 import { migrateCore } from './migrate.js';
-import { CONNECT_TIMEOUT_MS, isTransactionConflict, withConnection } from './pg-util.js';
-import { DEFAULT_SCHEMA, quoteSchema } from './schema.js';
-import * as sql from './sql.js';
-
-/** Run states (API.md). */
-export type RunState = 'running' | 'completed' | 'failed' | 'cancelled';
-/** Step states (API.md). */
-export type StepState =
-  | 'pending'
-  | 'available'
-  | 'running'
-  | 'retryable'
-  | 'completed'
-  | 'discarded'
-  | 'cancelled';
-
-/** One recorded failed attempt of a step. `at` is an ISO-8601 timestamp. */
-export interface StepError {
-  attempt: number;
-  at: string;
-  message: string;
-  /**
-   * Why the attempt failed: `error` (the handler threw or rejected), `non_retryable`
-   * (`NonRetryableError`), `timeout` (the action's timeout elapsed), `lease_expired` (recorded by
-   * the recovery sweep: the worker died or stalled), `input_invalid` (the mapped input failed the
-   * action's schema), `output_invalid` (the output is not storable JSON), `worker_stopped` (the
-   * worker's stop grace period ran out; retried at once, and it counts as an attempt).
-   */
-  kind: string;
-  stack?: string;
-}
-
-/** A node of a run as stored (API.md § StepInfo). */
-export interface StepInfo {
-  node: string;
-  action: string;
-  state: StepState;
-  /** Claims so far (0 before the first). */
-  attempt: number;
-  maxAttempts: number;
-  /** Upstream nodes not yet completed. */
-  depsRemaining: number;
-  /** The attempt the step had reached when an operator last reopened it; null if never. */
-  reopenedAfterAttempt: number | null;
-  output: Json | null;
-  errors: StepError[];
-  scheduledAt: Date;
-  leaseOwner: string | null;
-  leaseExpiresAt: Date | null;
-  startedAt: Date | null;
-  completedAt: Date | null;
-}
-
-/** A run with its steps. */
-export interface RunInfo {
-  runId: string;
-  workflow: string;
-  state: RunState;
-  input: Json;
-  submitKey: string | null;
-  createdAt: Date;
-  updatedAt: Date;
-  /** When the run reached a terminal state (completed, failed, cancelled); null while running. */
-  completedAt: Date | null;
-  /** Steps in the order the workflow defines them (topological), then by name. */
-  steps: StepInfo[];
-}
-
-/** A run without its steps, as `listRuns` returns it. */
-export type RunSummary = Omit<RunInfo, 'steps' | 'input'> & {
-  stepsRemaining: number;
-};
+import { channelOf, DEFAULT_SCHEMA, quoteSchema } from './schema.js';
+import * as runsSql from './sql/runs.js';
+import { findRunByKey, insertRun, insertRuns, type StepColumns } from './sql/submit.js';
+import type { Json, RunInfo, RunState, RunSummary, StepInfo, Tx } from './types.js';
 
 /** Options of `Client`. Give `connectionString` or `pool`. */
 export interface ClientOptions {
@@ -126,23 +59,19 @@ function newRunId(): string {
   return uuidv7();
 }
 
-/**
- * The per-node parameters of `sql.insertRun`/`sql.insertRuns` ($6–$13 of insertRun): step count,
- * root count, then one array per column (name, action, max attempts, dependency count,
- * downstream and ancestors as JSON text), in the workflow's node order.
- */
-function stepColumns<RI>(workflow: Workflow<RI>): unknown[] {
+/** The per-node columns of `workflow`'s steps (`sql/submit.ts`), in the workflow's node order. */
+function stepColumns<RI>(workflow: Workflow<RI>): StepColumns {
   const nodes = workflow.nodes;
-  return [
-    nodes.length,
-    nodes.filter((n) => n.after.length === 0).length,
-    nodes.map((n) => n.name),
-    nodes.map((n) => n.action.name),
-    nodes.map((n) => n.maxAttempts),
-    nodes.map((n) => n.after.length),
-    nodes.map((n) => JSON.stringify(n.downstream)),
-    nodes.map((n) => JSON.stringify(n.ancestors)),
-  ];
+  return {
+    stepCount: nodes.length,
+    rootCount: nodes.filter((n) => n.after.length === 0).length,
+    nodes: nodes.map((n) => n.name),
+    actions: nodes.map((n) => n.action.name),
+    maxAttempts: nodes.map((n) => n.maxAttempts),
+    deps: nodes.map((n) => n.after.length),
+    downstream: nodes.map((n) => JSON.stringify(n.downstream)),
+    ancestors: nodes.map((n) => JSON.stringify(n.ancestors)),
+  };
 }
 
 /** Options of `submit`/`submitOnce`. */
@@ -231,10 +160,6 @@ const MAX_KEY_BYTES = 4096;
 const SUBMIT_MANY_CHUNK_RUNS = 1000;
 const SUBMIT_MANY_CHUNK_BYTES = 16 * 1024 * 1024;
 
-/** The most characters of an error message / stack stored per failed attempt. */
-export const MAX_ERROR_MESSAGE_CHARS = 2000;
-export const MAX_ERROR_STACK_CHARS = 4000;
-
 /**
  * The entry point for everything but running handlers: migrate, submit, inspect, retry, cancel.
  * Safe to share across a process; it holds a pg pool.
@@ -244,15 +169,14 @@ export class Client {
   readonly pool: pg.Pool;
   /** The schema name (unquoted, validated). */
   readonly schema: string;
-  /** The schema name quoted for SQL. */
-  readonly q: string;
   /** Largest stored payload in bytes. */
   readonly maxPayloadBytes: number;
   readonly logger: Logger;
-  /** The NOTIFY channel workers listen on. */
-  readonly channel: string;
-  /** Whether hot statements go as named prepared statements (`ClientOptions.preparedStatements`). */
-  readonly prepare: boolean;
+  /**
+   * The engine's database handle (pool, quoted schema, NOTIFY channel, prepared-statement flag),
+   * for workers and Cyclone's own packages; applications need not touch it.
+   */
+  readonly db: Db;
   /** Connection settings, for workers that open their own pool and LISTEN connection. */
   readonly connectionString: string | undefined;
   private readonly ownsPool: boolean;
@@ -264,11 +188,8 @@ export class Client {
    */
   constructor(options: ClientOptions) {
     this.schema = options.schema ?? DEFAULT_SCHEMA;
-    this.q = quoteSchema(this.schema);
-    this.channel = sql.channel(this.schema);
     this.maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
     this.logger = options.logger ?? silentLogger;
-    this.prepare = options.preparedStatements ?? true;
     this.connectionString = options.connectionString;
     if (options.pool) {
       this.pool = options.pool;
@@ -286,6 +207,13 @@ export class Client {
         'Client needs a connectionString or a pool (is DATABASE_URL set? the embedded default is for the CLI and the demo: startEmbeddedPostgres() from @cyclone/core/embedded)',
       );
     }
+    this.db = {
+      pool: this.pool,
+      schema: this.schema,
+      q: quoteSchema(this.schema),
+      channel: channelOf(this.schema),
+      prepare: options.preparedStatements ?? true,
+    };
     // An idle client whose connection dies emits 'error' on the pool; unhandled, it would crash
     // the process. The next query simply gets a new connection.
     this.pool.on('error', (err) => this.logger.warn({ err: err.message }, 'idle connection lost'));
@@ -393,7 +321,7 @@ export class Client {
     if (texts.length === 0) return { runIds: [] };
 
     const runIds = texts.map(() => newRunId());
-    const shared = [workflow.name, ...stepColumns(workflow), this.channel];
+    const steps = stepColumns(workflow);
     const chunks: { from: number; to: number }[] = [];
     let from = 0;
     let bytes = 0;
@@ -410,32 +338,25 @@ export class Client {
       bytes += size;
     }
     chunks.push({ from, to: texts.length });
-    const valuesOf = ({ from, to }: { from: number; to: number }) => [
-      runIds.slice(from, to),
-      texts.slice(from, to),
-      hashes.slice(from, to),
-      ...shared,
-    ];
+    const chunkOf = ({ from, to }: { from: number; to: number }) => ({
+      runIds: runIds.slice(from, to),
+      inputs: texts.slice(from, to),
+      inputHashes: hashes.slice(from, to),
+      workflow: workflow.name,
+      steps,
+    });
 
     const { tx } = options;
-    const statement = sql.prepared(sql.insertRuns(this.q), this.prepare);
     if (tx) {
       // A caller's transaction gets plain text (Tx.query), as in `insert`.
-      for (const chunk of chunks) await tx.query(statement.text, valuesOf(chunk));
+      for (const chunk of chunks) await insertRuns(tx, this.db, chunkOf(chunk), true);
       return { runIds };
     }
     if (chunks.length === 1) {
-      await this.pool.query(statement, valuesOf({ from: 0, to: texts.length }));
+      await insertRuns(this.pool, this.db, chunkOf({ from: 0, to: texts.length }));
     } else {
-      await withConnection(this.pool, async (c) => {
-        try {
-          await c.query('BEGIN');
-          for (const chunk of chunks) await c.query(statement, valuesOf(chunk));
-          await c.query('COMMIT');
-        } catch (err) {
-          await c.query('ROLLBACK').catch(() => {});
-          throw err;
-        }
+      await withTransaction(this.pool, async (c) => {
+        for (const chunk of chunks) await insertRuns(c, this.db, chunkOf(chunk));
       });
     }
     return { runIds };
@@ -451,29 +372,23 @@ export class Client {
     const runId = newRunId();
     const db: Tx = tx ?? this.pool;
     for (let i = 0; i < 5; i++) {
-      const values = [
-        runId,
-        workflow.name,
-        text,
-        key,
-        hash,
-        ...stepColumns(workflow),
-        this.channel,
-      ];
       // Prepared on the client's own pool; a caller's transaction gets plain text (Tx.query).
-      const { rows } = tx
-        ? await tx.query<{ id: string }>(sql.insertRun(this.q), values)
-        : await this.pool.query<{ id: string }>(
-            sql.prepared(sql.insertRun(this.q), this.prepare),
-            values,
-          );
+      const rows = await insertRun(
+        db,
+        this.db,
+        {
+          runId,
+          workflow: workflow.name,
+          input: text,
+          submitKey: key,
+          inputHash: hash,
+          steps: stepColumns(workflow),
+        },
+        tx !== undefined,
+      );
       if (rows[0]) return { runId: rows[0].id, created: true };
       // The key has a run (committed: ON CONFLICT waited for it).
-      const found = await db.query<{ id: string; input_hash: string }>(sql.findByKey(this.q), [
-        workflow.name,
-        key,
-      ]);
-      const existing = found.rows[0];
+      const existing = await findRunByKey(db, this.db, { workflow: workflow.name, key });
       if (existing) {
         if (existing.input_hash !== hash)
           throw new SubmitKeyConflictError(workflow.name, key as string, existing.id);
@@ -531,17 +446,10 @@ export class Client {
    */
   async getRun(runId: string): Promise<RunInfo> {
     if (!isUuid(runId)) throw new RunNotFoundError(String(runId));
-    const runs = await this.pool.query(`SELECT * FROM ${this.q}.cyclone_runs WHERE id = $1`, [
-      runId,
-    ]);
-    const r = runs.rows[0];
+    const r = await runsSql.selectRun(this.pool, this.db, runId);
     if (!r) throw new RunNotFoundError(runId);
-    const steps = await this.pool.query(
-      `SELECT * FROM ${this.q}.cyclone_steps WHERE run_id = $1
-       ORDER BY cardinality(ancestors), node`,
-      [runId],
-    );
-    return { ...toSummary(r), input: r.input, steps: steps.rows.map(toStep) };
+    const steps = await runsSql.selectSteps(this.pool, this.db, runId);
+    return { ...toSummary(r), input: r.input, steps: steps.map(toStep) };
   }
 
   /**
@@ -553,13 +461,11 @@ export class Client {
     const asked = Number(options.limit ?? 50);
     const limit = Math.min(Math.max(1, Math.trunc(Number.isFinite(asked) ? asked : 50)), 1000);
     if (options.workflow !== undefined && !isStorableText(String(options.workflow))) return [];
-    const { rows } = await this.pool.query(
-      `SELECT id, workflow, state, submit_key, steps_remaining, created_at, updated_at, completed_at
-       FROM ${this.q}.cyclone_runs
-       WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR workflow = $2)
-       ORDER BY created_at DESC, id LIMIT $3`,
-      [options.state ?? null, options.workflow ?? null, limit],
-    );
+    const rows = await runsSql.listRuns(this.pool, this.db, {
+      state: options.state ?? null,
+      workflow: options.workflow ?? null,
+      limit,
+    });
     return rows.map((r) => ({ ...toSummary(r), stepsRemaining: r.steps_remaining }));
   }
 
@@ -613,11 +519,7 @@ export class Client {
         if (typeof node !== 'string' || !isStorableText(node)) {
           throw new NodeNotFoundError(runId, String(node));
         }
-        const s = await c.query<{ state: string }>(
-          `SELECT state FROM ${this.q}.cyclone_steps WHERE run_id = $1 AND node = $2 FOR UPDATE`,
-          [runId, node],
-        );
-        const step = s.rows[0];
+        const step = await runsSql.lockStep(c, this.db, { runId, node });
         if (!step) throw new NodeNotFoundError(runId, node);
         if (step.state !== 'discarded' && step.state !== 'cancelled') {
           throw new InvalidStateError(
@@ -628,17 +530,7 @@ export class Client {
           );
         }
       }
-      const { rows } = await c.query<{ node: string; state: string }>(
-        `UPDATE ${this.q}.cyclone_steps t
-         SET state = CASE WHEN t.deps_remaining = 0 THEN 'available' ELSE 'pending' END,
-             max_attempts = CASE WHEN t.attempt >= t.max_attempts
-                                 THEN t.attempt + t.max_attempts ELSE t.max_attempts END,
-             reopened_after_attempt = t.attempt, scheduled_at = now(), updated_at = now()
-         WHERE t.run_id = $1 AND ($2::text IS NULL OR t.node = $2)
-           AND t.state IN ('discarded', 'cancelled')
-         RETURNING t.node, t.state`,
-        [runId, node ?? null],
-      );
+      const rows = await runsSql.reopenSteps(c, this.db, { runId, node: node ?? null });
       if (rows.length === 0) return [];
       const activated = rows.filter((r) => r.state === 'available').length;
       if (run.steps_active + activated === 0) {
@@ -649,12 +541,8 @@ export class Client {
           `reopening ${node ? `node '${node}'` : 'these nodes'} cannot make progress: an upstream node is not done; retry it first or use retryAll`,
         );
       }
-      await c.query(
-        `UPDATE ${this.q}.cyclone_runs SET state = 'running', completed_at = NULL,
-           steps_active = steps_active + $2, updated_at = now() WHERE id = $1`,
-        [runId, activated],
-      );
-      await c.query('SELECT pg_notify($1, $2)', [this.channel, run.workflow]);
+      await runsSql.reactivateRun(c, this.db, { runId, activated });
+      await runsSql.notifyWorkflow(c, this.db, run.workflow);
       return rows.map((r) => r.node);
     });
   }
@@ -677,17 +565,7 @@ export class Client {
           `run ${runId} is completed; it cannot be cancelled`,
         );
       }
-      await c.query(
-        `UPDATE ${this.q}.cyclone_steps SET state = 'cancelled', lease_owner = NULL,
-           lease_expires_at = NULL, updated_at = now()
-         WHERE run_id = $1 AND state IN ('pending', 'available', 'running', 'retryable')`,
-        [runId],
-      );
-      await c.query(
-        `UPDATE ${this.q}.cyclone_runs SET state = 'cancelled', steps_active = 0,
-           completed_at = now(), updated_at = now() WHERE id = $1`,
-        [runId],
-      );
+      await runsSql.cancelRun(c, this.db, runId);
     });
   }
 
@@ -707,18 +585,16 @@ export class Client {
     const o = validateDeleteOptions(options);
     // No workflow has a name PostgreSQL cannot store (NUL, lone surrogates).
     if (o.workflow !== null && !isStorableText(o.workflow)) return { deleted: 0 };
-    const text = sql.deleteFinishedRuns(this.q);
     let deleted = 0;
     for (;;) {
       const limit = Math.min(o.batchSize, o.maxRuns - deleted);
       if (limit <= 0) break;
-      const { rows } = await this.pool.query<{ deleted: number }>(text, [
-        o.states,
-        o.olderThanMs,
-        o.workflow,
+      const n = await runsSql.deleteFinishedRuns(this.pool, this.db, {
+        states: o.states,
+        olderThanMs: o.olderThanMs,
+        workflow: o.workflow,
         limit,
-      ]);
-      const n = rows[0]?.deleted ?? 0;
+      });
       deleted += n;
       this.logger.debug({ deleted: n, total: deleted }, 'deleted a batch of finished runs');
       if (n < limit) break;
@@ -739,21 +615,10 @@ export class Client {
   ): Promise<T> {
     for (let attempt = 1; ; attempt++) {
       try {
-        return await withConnection(this.pool, async (c) => {
-          try {
-            await c.query('BEGIN');
-            const r = await c.query(
-              `SELECT state, steps_active, workflow FROM ${this.q}.cyclone_runs WHERE id = $1 FOR UPDATE`,
-              [runId],
-            );
-            if (!r.rows[0]) throw new RunNotFoundError(runId);
-            const out = await fn(c, r.rows[0]);
-            await c.query('COMMIT');
-            return out;
-          } catch (err) {
-            await c.query('ROLLBACK').catch(() => {});
-            throw err;
-          }
+        return await withTransaction(this.pool, async (c) => {
+          const run = await runsSql.lockRun(c, this.db, runId);
+          if (!run) throw new RunNotFoundError(runId);
+          return await fn(c, run);
         });
       } catch (err) {
         if (isTransactionConflict(err) && attempt < 5) continue;
@@ -853,17 +718,6 @@ function describeValue(v: unknown): string {
     return `[${shown.join(', ')}${v.length > 5 ? ', …' : ''}]`;
   }
   return typeof v;
-}
-
-/** zod issues reduced to `ValidationIssue`s. */
-export function zodIssues(
-  issues: readonly { path: readonly PropertyKey[]; message: string; code?: string }[],
-): ValidationIssue[] {
-  return issues.map((i) => ({
-    path: i.path.map((p) => (typeof p === 'number' ? p : String(p))),
-    message: i.message,
-    code: i.code,
-  }));
 }
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;

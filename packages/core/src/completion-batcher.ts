@@ -5,8 +5,9 @@
  * sends one statement per batch instead of one per step. Each step stays fenced on its attempt.
  */
 import type pg from 'pg';
-import { isConnectionError } from './pg-util.js';
-import * as sql from './sql.js';
+import { isConnectionError } from './db.js';
+import { completeStep, completeSteps } from './sql/complete.js';
+import type { SqlScope } from './sql/statement.js';
 
 interface Pending {
   runId: string;
@@ -24,25 +25,14 @@ export class CompletionBatcher {
 
   /**
    * @param pool where the batch statements run.
-   * @param q the quoted schema.
-   * @param channel the NOTIFY channel.
-   * @param prepare send the statement as a named prepared statement (sql.prepared).
+   * @param db the schema, channel and prepared-statement flag of the statements.
    * @param maxBatch most steps per statement (default 500).
    */
   constructor(
     private readonly pool: pg.Pool,
-    q: string,
-    private readonly channel: string,
-    prepare = true,
+    private readonly db: SqlScope,
     private readonly maxBatch = 500,
-  ) {
-    this.statement = sql.prepared(sql.completeBatch(q), prepare);
-    this.one = sql.prepared(sql.completeOne(q), prepare);
-  }
-
-  private readonly statement: { name?: string; text: string };
-  /** A batch of one (an idle worker completes at once): the form PostgreSQL plans once. */
-  private readonly one: { name?: string; text: string };
+  ) {}
 
   /**
    * Completes one step (fenced on `attempt`) with `output` (JSON text) in the next batch.
@@ -59,18 +49,10 @@ export class CompletionBatcher {
 
   private async send(batch: Pending[]): Promise<void> {
     const only = batch.length === 1 ? batch[0] : undefined;
-    const { rows } = await this.pool.query<{ run_id: string; node: string; attempt: number }>(
-      only ? this.one : this.statement,
-      only
-        ? [only.runId, only.node, only.attempt, only.output, this.channel]
-        : [
-            batch.map((p) => p.runId),
-            batch.map((p) => p.node),
-            batch.map((p) => p.attempt),
-            batch.map((p) => p.output),
-            this.channel,
-          ],
-    );
+    // A batch of one (an idle worker completes at once) goes in the form PostgreSQL plans once.
+    const rows = only
+      ? await completeStep(this.pool, this.db, only)
+      : await completeSteps(this.pool, this.db, batch);
     // Keyed by attempt too: a node re-claimed by this worker may be here at two attempts.
     const done = new Set(rows.map((r) => `${r.run_id}\u0000${r.node}\u0000${r.attempt}`));
     for (const p of batch)

@@ -4,20 +4,10 @@
  */
 import type { ZodType } from 'zod';
 import type { Client, SubmitOnceResult, SubmitOptions, SubmitResult } from './client.js';
+import { MAX_TIMER_MS } from './db.js';
 import { WorkflowDefinitionError } from './errors.js';
 import type { Logger } from './logger.js';
-import { MAX_TIMER_MS } from './pg-util.js';
-
-/** A JSON value as stored in `jsonb`. */
-export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
-
-/** The pg-compatible query surface of the completion transaction (`pg.PoolClient#query`). */
-export interface Tx {
-  query<R extends Record<string, unknown> = Record<string, unknown>>(
-    text: string,
-    values?: unknown[],
-  ): Promise<{ rows: R[]; rowCount: number | null }>;
-}
+import type { Json, Tx } from './types.js';
 
 /**
  * The handler's `ctx` (API.md § Context). `runId` and `node` identify the step for its whole

@@ -1,19 +1,89 @@
 /**
- * The typed errors of `@cyclone/core` (API.md § Typed errors). Every error carries a stable
- * `code` and the data a caller needs, so callers branch on `instanceof` or `code`, never on
- * message text.
+ * The typed errors of `@cyclone/core`. Every error carries a stable `code` and the data a caller
+ * needs, so callers branch on `code` or `isInstance`, never on message text.
+ *
+ * An application can end up with two installed copies of `@cyclone/core` (a peer-dependency
+ * mismatch); `instanceof` then fails across them. Every error therefore carries markers
+ * registered with `Symbol.for` (one per class in its chain), which both copies read alike:
+ * `NonRetryableError.isInstance(err)` is true for a NonRetryableError of either copy, and the
+ * worker decides retries by the `retryable` flag, never by `instanceof`.
  */
+
+/** The stable codes of core's errors; sibling packages add their own (`string`). */
+export type CycloneErrorCode =
+  | 'WORKFLOW_DEFINITION'
+  | 'INPUT_VALIDATION'
+  | 'PAYLOAD'
+  | 'SUBMIT_KEY_CONFLICT'
+  | 'RUN_NOT_FOUND'
+  | 'NODE_NOT_FOUND'
+  | 'INVALID_STATE'
+  | 'LEASE_LOST'
+  | 'STEP_TIMEOUT'
+  | 'WAIT_TIMEOUT'
+  | 'CONFIG'
+  | 'NON_RETRYABLE';
+
+/** The marker of class `name`, shared by every copy of the package. */
+const markerOf = (name: string) => Symbol.for(`cyclone.error.${name}`);
 
 /** Base class of every error Cyclone throws on purpose. `code` is stable across releases. */
 export class CycloneError extends Error {
   /** Stable machine-readable code, e.g. `RUN_NOT_FOUND`. */
-  readonly code: string;
+  readonly code: CycloneErrorCode | (string & {});
+  /**
+   * Whether a step whose handler threw this error may be tried again: false for
+   * `NonRetryableError` and its subclasses (the step is discarded at once), true otherwise.
+   */
+  readonly retryable: boolean;
 
-  constructor(code: string, message: string, options?: { cause?: unknown }) {
-    super(message, options);
+  constructor(
+    code: CycloneErrorCode | (string & {}),
+    message: string,
+    options?: { cause?: unknown; retryable?: boolean },
+  ) {
+    super(message, options?.cause === undefined ? undefined : { cause: options.cause });
     this.name = new.target.name;
     this.code = code;
+    this.retryable = options?.retryable ?? true;
+    // One marker per class of the chain, so `X.isInstance` holds for subclasses too.
+    for (
+      let proto: object | null = new.target.prototype;
+      proto && proto !== Error.prototype;
+      proto = Object.getPrototypeOf(proto)
+    ) {
+      const name = (proto as { constructor: { name: string } }).constructor.name;
+      Object.defineProperty(this, markerOf(name), { value: true, enumerable: false });
+    }
   }
+
+  /**
+   * True when `err` is an instance of this class (or a subclass) from any installed copy of the
+   * package: `LeaseLostError.isInstance(err)`. Recognised by the class name's `Symbol.for`
+   * marker, so a bundler that renames classes breaks it only where it renames them differently.
+   */
+  static isInstance<T extends CycloneError>(
+    this: abstract new (
+      ...args: never[]
+    ) => T,
+    err: unknown,
+  ): err is T {
+    const marker = markerOf(
+      // biome-ignore lint/complexity/noThisInStatic: the class it is called on, so each subclass checks its own marker
+      this.name,
+    );
+    return (
+      typeof err === 'object' && err !== null && (err as Record<symbol, unknown>)[marker] === true
+    );
+  }
+}
+
+/**
+ * True when a handler's error asks for no further attempt: a `CycloneError` (from any copy of the
+ * package) whose `retryable` flag is false, such as `NonRetryableError`.
+ */
+export function isNonRetryable(err: unknown): boolean {
+  return CycloneError.isInstance(err) && err.retryable === false;
 }
 
 /**
@@ -203,7 +273,25 @@ export class ConfigError extends CycloneError {
  * is recorded in the step's errors.
  */
 export class NonRetryableError extends CycloneError {
-  constructor(message: string, options?: { cause?: unknown }) {
-    super('NON_RETRYABLE', message, options);
+  /**
+   * @param code the stable code; subclasses in other packages give their own. Default
+   *   `NON_RETRYABLE`.
+   */
+  constructor(message: string, options?: { cause?: unknown; code?: string }) {
+    super(options?.code ?? 'NON_RETRYABLE', message, {
+      retryable: false,
+      ...(options?.cause === undefined ? {} : { cause: options.cause }),
+    });
   }
+}
+
+/** zod issues reduced to `ValidationIssue`s. */
+export function zodIssues(
+  issues: readonly { path: readonly PropertyKey[]; message: string; code?: string }[],
+): ValidationIssue[] {
+  return issues.map((i) => ({
+    path: i.path.map((p) => (typeof p === 'number' ? p : String(p))),
+    message: i.message,
+    code: i.code,
+  }));
 }

@@ -1,17 +1,64 @@
-export * from './client.js';
-export * from './definitions.js';
-export * from './errors.js';
+/**
+ * `@cyclone/core`, the public API: define actions and workflows, submit and inspect runs with a
+ * `Client`, run steps with a `Worker`, and catch the typed errors. Helpers shared with Cyclone's
+ * other packages are on `@cyclone/core/internal`.
+ */
 export {
-  canonicalJson,
-  DEFAULT_MAX_PAYLOAD_BYTES,
-  hashJson,
-  isStorableText,
-  storableText,
-  toJson,
-} from './json.js';
+  Client,
+  type ClientOptions,
+  type DeleteFinishedRunsOptions,
+  type DeleteFinishedRunsResult,
+  type FinishedRunState,
+  type ListRunsOptions,
+  type SubmitManyResult,
+  type SubmitOnceResult,
+  type SubmitOptions,
+  type SubmitResult,
+} from './client.js';
+export {
+  type Action,
+  type ActionOptions,
+  type Backoff,
+  type Context,
+  DEFAULT_BACKOFF_CAP_MS,
+  DEFAULT_MAX_ATTEMPTS,
+  defaultBackoff,
+  type InputMapper,
+  type NodeDef,
+  type NodeSpec,
+  newAction,
+  newWorkflow,
+  type Workflow,
+  type WorkflowSpec,
+} from './definitions.js';
+export {
+  ConfigError,
+  CycloneError,
+  type CycloneErrorCode,
+  InputValidationError,
+  InvalidStateError,
+  LeaseLostError,
+  NodeNotFoundError,
+  NonRetryableError,
+  PayloadError,
+  RunNotFoundError,
+  StepTimeoutError,
+  SubmitKeyConflictError,
+  type ValidationIssue,
+  WaitTimeoutError,
+  WorkflowDefinitionError,
+} from './errors.js';
+export { DEFAULT_MAX_PAYLOAD_BYTES } from './json.js';
 export { consoleLogger, type Logger, silentLogger } from './logger.js';
-export { applyMigrations, type Migration, migrateComponent } from './migrate.js';
-export { isConnectionError } from './pg-util.js';
-export { REDACTED, redactSecrets } from './redact.js';
-export { DEFAULT_SCHEMA, quoteSchema } from './schema.js';
-export * from './worker.js';
+export type {
+  Json,
+  RunInfo,
+  RunState,
+  RunSummary,
+  StepError,
+  StepErrorKind,
+  StepInfo,
+  StepState,
+  Tx,
+} from './types.js';
+export { Worker, type WorkerOptions, type WorkerStats } from './worker.js';

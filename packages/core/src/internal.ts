@@ -3,9 +3,27 @@
  * @cyclone/ui) share with core and applications should not need. No stability promise beyond
  * the release of core it ships with: sibling packages pin core's minor version.
  */
+
+export {
+  type Db,
+  isConnectionError,
+  isTransactionConflict,
+  type RetryPolicy,
+  retryTransient,
+  sleep,
+  withConnection,
+  withTransaction,
+} from './db.js';
+export {
+  describeError,
+  errorEntry,
+  MAX_ERROR_MESSAGE_CHARS,
+  MAX_ERROR_STACK_CHARS,
+  storableErrorText,
+} from './error-entry.js';
+export { isNonRetryable, zodIssues } from './errors.js';
 export { canonicalJson, hashJson, isStorableText, storableText, toJson } from './json.js';
 export { applyMigrations, type Migration, migrateComponent } from './migrate.js';
-export { isConnectionError, isTransactionConflict, sleep } from './pg-util.js';
 export { REDACTED, redactSecrets } from './redact.js';
 export { DEFAULT_SCHEMA, quoteSchema } from './schema.js';
 export {

@@ -5,8 +5,8 @@
  * (sorted keys) for the input hash of `submitOnce`.
  */
 import { createHash } from 'node:crypto';
-import type { Json } from './definitions.js';
 import { PayloadError } from './errors.js';
+import type { Json } from './types.js';
 
 /** Default limit of one stored payload (input or output): 1 MiB of JSON text, in bytes. */
 export const DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024;

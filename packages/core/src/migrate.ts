@@ -4,8 +4,8 @@
  * concurrent `migrate` calls are safe: the second waits, then finds nothing to do.
  */
 import type pg from 'pg';
+import { withConnection } from './db.js';
 import { migrations as coreMigrations } from './migrations.generated.js';
-import { withConnection } from './pg-util.js';
 import { DEFAULT_SCHEMA, quoteSchema } from './schema.js';
 
 /** One migration: a name that sorts in apply order and its SQL, with `{{schema}}` placeholders. */

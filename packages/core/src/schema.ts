@@ -24,3 +24,6 @@ export function quoteSchema(name: string): string {
   }
   return `"${name}"`;
 }
+
+/** The NOTIFY channel of a schema: workers LISTEN on it; the payload is the workflow name. */
+export const channelOf = (schema: string) => `cyclone_${schema}`;

@@ -6,33 +6,25 @@
  */
 import type pg from 'pg';
 import type { Client } from './client.js';
-import { MAX_ERROR_MESSAGE_CHARS, MAX_ERROR_STACK_CHARS, zodIssues } from './client.js';
 import type { CompletionBatcher } from './completion-batcher.js';
-import type { Context, Json, NodeDef, Tx, Workflow } from './definitions.js';
+import { isConnectionError, isTransactionConflict, retryTransient } from './db.js';
+import type { Context, NodeDef, Workflow } from './definitions.js';
+import { describeError, errorEntry } from './error-entry.js';
 import {
   InputValidationError,
+  isNonRetryable,
   LeaseLostError,
-  NonRetryableError,
   PayloadError,
   StepTimeoutError,
+  zodIssues,
 } from './errors.js';
-import { encodePayload, storableText } from './json.js';
+import { encodePayload } from './json.js';
 import { LazyChildLogger, type Logger } from './logger.js';
-import { isConnectionError, isTransactionConflict, sleep } from './pg-util.js';
-import { redactSecrets } from './redact.js';
+import type { ClaimedStep } from './sql/claim.js';
+import { completeStep, failStep } from './sql/complete.js';
+import { isStepCompletedBy, isStepHeld } from './sql/fence.js';
+import type { StepErrorKind, Tx } from './types.js';
 import type { WorkerStats } from './worker.js';
-
-/** A row returned by the claim statement. */
-export interface ClaimedRow {
-  run_id: string;
-  node: string;
-  workflow: string;
-  action: string;
-  attempt: number;
-  max_attempts: number;
-  run_input: Json;
-  upstream: Record<string, Json>;
-}
 
 /** What the worker keeps of a running step. */
 export interface StepHandle {
@@ -59,11 +51,6 @@ interface Env {
   completions: CompletionBatcher;
   /** The worker's pool for control statements (claims, heartbeats); never held by handlers. */
   controlPool: pg.Pool;
-  /** The completion and failure statements of the client's schema (sql.prepared), built once. */
-  statements: {
-    completeOne: { name?: string; text: string };
-    fail: { name?: string; text: string };
-  };
   /** Called once when the handler settled (the step is being recorded): its slot may be reused. */
   onFinishing(): void;
   /** How long (ms) to keep retrying a write whose connection failed. */
@@ -72,7 +59,7 @@ interface Env {
 }
 
 type Failure = {
-  kind: string;
+  kind: StepErrorKind;
   error: unknown;
   nonRetryable: boolean;
   /**
@@ -83,7 +70,7 @@ type Failure = {
 };
 
 /** Starts running one claimed step; see `StepHandle`. */
-export function runStep(row: ClaimedRow, env: Env): StepHandle {
+export function runStep(row: ClaimedStep, env: Env): StepHandle {
   const ac = new AbortController();
   let finishing = false;
   const handle: StepHandle = {
@@ -108,7 +95,7 @@ export function runStep(row: ClaimedRow, env: Env): StepHandle {
 }
 
 async function execute(
-  row: ClaimedRow,
+  row: ClaimedStep,
   env: Env,
   ac: AbortController,
   markFinishing: () => void,
@@ -195,13 +182,12 @@ async function execute(
       // On the open transaction if there is one, else on the control pool: never wait for a
       // step-pool connection that handlers holding transactions may all have taken.
       const db: Tx = tx && !ended ? txApi : env.controlPool;
-      const { rows } = await db.query(
-        `SELECT 1 FROM ${client.q}.cyclone_steps
-         WHERE run_id = $1 AND node = $2 AND attempt = $3 AND state = 'running'`,
-        [row.run_id, row.node, row.attempt],
-      );
-      if (rows.length === 0 || ac.signal.aborted)
-        throw new LeaseLostError(row.run_id, row.node, row.attempt);
+      const held = await isStepHeld(db, client.db, {
+        runId: row.run_id,
+        node: row.node,
+        attempt: row.attempt,
+      });
+      if (!held || ac.signal.aborted) throw new LeaseLostError(row.run_id, row.node, row.attempt);
     },
   };
 
@@ -265,12 +251,12 @@ async function execute(
   if (!outcome.ok) {
     await closeTx();
     const error = outcome.error;
-    if (error instanceof LeaseLostError) {
+    if (LeaseLostError.isInstance(error)) {
       env.stats.leaseLost++;
       log.warn({}, 'lease lost while the handler ran; the step belongs to another claim now');
       return;
     }
-    if (outcome.aborted && !(error instanceof StepTimeoutError)) {
+    if (outcome.aborted && !StepTimeoutError.isInstance(error)) {
       await recordFailure(
         row,
         env,
@@ -281,13 +267,12 @@ async function execute(
       return;
     }
     await recordFailure(row, env, log, {
-      kind:
-        error instanceof StepTimeoutError
-          ? 'timeout'
-          : error instanceof NonRetryableError
-            ? 'non_retryable'
-            : 'error',
-      nonRetryable: error instanceof NonRetryableError,
+      kind: StepTimeoutError.isInstance(error)
+        ? 'timeout'
+        : isNonRetryable(error)
+          ? 'non_retryable'
+          : 'error',
+      nonRetryable: isNonRetryable(error),
       error,
     });
     return;
@@ -321,14 +306,13 @@ async function execute(
     let done = 0;
     try {
       // The batcher's fenced transition, in its single-step form (sql.completeOne).
-      const r = await c.query(env.statements.completeOne, [
-        row.run_id,
-        row.node,
-        row.attempt,
+      const r = await completeStep(c, client.db, {
+        runId: row.run_id,
+        node: row.node,
+        attempt: row.attempt,
         output,
-        client.channel,
-      ]);
-      done = r.rows.length;
+      });
+      done = r.length;
       if (done === 0) {
         await c.query('ROLLBACK');
         release(c);
@@ -370,8 +354,9 @@ async function execute(
   await closeTx();
   try {
     // No completionTx: the worker's batcher completes it with other steps in one statement.
-    const done = await withRetry(env, log, () =>
-      env.completions.complete(row.run_id, row.node, row.attempt, output),
+    const done = await retryTransient(
+      () => env.completions.complete(row.run_id, row.node, row.attempt, output),
+      { deadlineMs: env.retryDeadlineMs, log },
     );
     if (done === 1 || (await completedByUs(row, env))) {
       env.stats.completed++;
@@ -395,20 +380,20 @@ async function execute(
     await recordFailure(row, env, log, {
       kind: 'error',
       nonRetryable: false,
-      error: new Error(`the completion could not be stored: ${describe(err)}`),
+      error: new Error(`the completion could not be stored: ${describeError(err)}`),
     });
   }
 }
 
 /** The node's input: the mapping of run input and upstream outputs, validated by the action. */
-function mapInput(node: NodeDef<unknown>, row: ClaimedRow): unknown {
+function mapInput(node: NodeDef<unknown>, row: ClaimedStep): unknown {
   let mapped: unknown;
   try {
     mapped = node.input ? node.input(row.run_input, row.upstream) : row.run_input;
   } catch (err) {
     throw new InputValidationError(
       row.workflow,
-      [{ path: [], message: `input mapping threw: ${describe(err)}` }],
+      [{ path: [], message: `input mapping threw: ${describeError(err)}` }],
       row.node,
     );
   }
@@ -420,16 +405,17 @@ function mapInput(node: NodeDef<unknown>, row: ClaimedRow): unknown {
 }
 
 /** After an unknown outcome: is the step completed at our attempt (our commit went through)? */
-async function completedByUs(row: ClaimedRow, env: Env): Promise<boolean> {
+async function completedByUs(row: ClaimedStep, env: Env): Promise<boolean> {
   try {
-    return await withRetry(env, env.log, async () => {
-      const { rows } = await env.pool.query(
-        `SELECT 1 FROM ${env.client.q}.cyclone_steps
-         WHERE run_id = $1 AND node = $2 AND attempt = $3 AND state = 'completed'`,
-        [row.run_id, row.node, row.attempt],
-      );
-      return rows.length === 1;
-    });
+    return await retryTransient(
+      () =>
+        isStepCompletedBy(env.pool, env.client.db, {
+          runId: row.run_id,
+          node: row.node,
+          attempt: row.attempt,
+        }),
+      { deadlineMs: env.retryDeadlineMs, log: env.log },
+    );
   } catch {
     return false;
   }
@@ -437,7 +423,7 @@ async function completedByUs(row: ClaimedRow, env: Env): Promise<boolean> {
 
 /** Records a failed attempt (fenced): retryable after the backoff, or discarded. */
 async function recordFailure(
-  row: ClaimedRow,
+  row: ClaimedStep,
   env: Env,
   log: Logger,
   failure: Failure,
@@ -453,35 +439,23 @@ async function recordFailure(
     }
     if (!Number.isFinite(delay) || delay < 0) delay = 1000;
   }
-  const entry = {
-    attempt: row.attempt,
-    at: new Date().toISOString(),
-    kind: failure.kind,
-    // Secrets redacted before the cut, so that no part of one is stored (redact.ts).
-    message: storableText(redactSecrets(describe(failure.error)), MAX_ERROR_MESSAGE_CHARS),
-    ...(failure.error instanceof Error && failure.error.stack
-      ? { stack: storableText(redactSecrets(failure.error.stack), MAX_ERROR_STACK_CHARS) }
-      : {}),
-  };
+  const entry = errorEntry(failure.error, row.attempt, failure.kind);
   const entryText = JSON.stringify(entry);
   try {
-    const rows = await withRetry(env, log, async () => {
-      const r = await env.pool.query<{ step_state: string; run_state: string | null }>(
-        env.statements.fail,
-        [
-          row.run_id,
-          row.node,
-          row.attempt,
-          entryText,
-          delay,
-          failure.nonRetryable,
-          env.client.channel,
-          row.workflow,
-          failure.refundAttempt ? 1 : 0,
-        ],
-      );
-      return r.rows;
-    });
+    const rows = await retryTransient(
+      () =>
+        failStep(env.pool, env.client.db, {
+          runId: row.run_id,
+          node: row.node,
+          attempt: row.attempt,
+          entry: entryText,
+          delayMs: delay,
+          nonRetryable: failure.nonRetryable,
+          workflow: row.workflow,
+          refundAttempt: failure.refundAttempt ?? false,
+        }),
+      { deadlineMs: env.retryDeadlineMs, log },
+    );
     if (rows.length === 0) {
       env.stats.leaseLost++;
       log.warn({ kind: failure.kind }, 'failure not recorded: the lease was already lost');
@@ -497,34 +471,5 @@ async function recordFailure(
       { err: String(err) },
       'could not record the failure; the lease will expire and the step run again',
     );
-  }
-}
-
-/** Retries `fn` on connection errors and deadlocks (with backoff) for up to the env's deadline. */
-async function withRetry<T>(env: Env, log: Logger, fn: () => Promise<T>): Promise<T> {
-  const deadline = Date.now() + env.retryDeadlineMs;
-  for (let i = 0; ; i++) {
-    try {
-      return await fn();
-    } catch (err) {
-      // The statements retried here are fenced, so running one twice is harmless; a deadlock or
-      // serialization failure (40P01, 40001) rolled the statement back and is retried too.
-      const transient = isConnectionError(err) || isTransactionConflict(err);
-      if (!transient || Date.now() >= deadline) throw err;
-      log.warn({ err: String(err) }, 'database connection failed; retrying');
-      await sleep(Math.min(50 * 2 ** i, 2_000));
-    }
-  }
-}
-
-/** A message for anything thrown, Error or not. */
-export function describe(err: unknown): string {
-  if (err instanceof Error) return err.message || err.name;
-  if (typeof err === 'string') return err;
-  if (err === undefined) return 'undefined was thrown';
-  try {
-    return `non-Error value thrown: ${JSON.stringify(err)}`;
-  } catch {
-    return `non-Error value thrown: ${String(err)}`;
   }
 }

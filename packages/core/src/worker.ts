@@ -10,19 +10,20 @@ import { hostname } from 'node:os';
 import pg from 'pg';
 import type { Client } from './client.js';
 import { CompletionBatcher } from './completion-batcher.js';
-import type { Workflow } from './definitions.js';
-import { ConfigError } from './errors.js';
-import type { Logger } from './logger.js';
 import {
   CONNECT_TIMEOUT_MS,
   isConnectionError,
   MAX_TIMER_MS,
   settlesWithin,
-  sleep,
   withConnection,
-} from './pg-util.js';
-import * as sql from './sql.js';
-import { type ClaimedRow, runStep, type StepHandle } from './step-runner.js';
+} from './db.js';
+import type { Workflow } from './definitions.js';
+import { ConfigError } from './errors.js';
+import type { Logger } from './logger.js';
+import { claimSteps } from './sql/claim.js';
+import { extendLeases } from './sql/heartbeat.js';
+import { sweepExpiredLeases } from './sql/sweep.js';
+import { runStep, type StepHandle } from './step-runner.js';
 
 /** Options of `Worker`. Durations are in milliseconds. */
 export interface WorkerOptions {
@@ -116,11 +117,6 @@ export class Worker {
   private claimPid: number | undefined;
   /** `workflow/node` of every node this worker can run: it claims only those. */
   private readonly nodeKeys: string[];
-  private readonly claimSql: { name?: string; text: string };
-  private readonly statements: {
-    completeOne: { name?: string; text: string };
-    fail: { name?: string; text: string };
-  };
 
   /** @throws ConfigError on a bad option or two workflows with one name. */
   constructor(options: WorkerOptions) {
@@ -201,7 +197,7 @@ export class Worker {
       // a claim and a completion batch in flight, and one for the heartbeat and the sweep.
       this.controlPool = make(
         3,
-        this.client.prepare
+        this.client.db.prepare
           ? 'SET enable_bitmapscan = off; SET plan_cache_mode = force_generic_plan'
           : undefined,
       );
@@ -211,17 +207,7 @@ export class Worker {
       this.controlPool = this.client.pool;
       this.ownsPool = false;
     }
-    this.completions = new CompletionBatcher(
-      this.controlPool,
-      this.client.q,
-      this.client.channel,
-      this.client.prepare,
-    );
-    this.claimSql = sql.prepared(sql.claim(this.client.q), this.client.prepare);
-    this.statements = {
-      completeOne: sql.prepared(sql.completeOne(this.client.q), this.client.prepare),
-      fail: sql.prepared(sql.fail(this.client.q), this.client.prepare),
-    };
+    this.completions = new CompletionBatcher(this.controlPool, this.client.db);
   }
 
   /**
@@ -394,14 +380,13 @@ export class Worker {
       // Known while the statement runs, so that stop() can cancel a claim that hangs.
       this.claimPid = (c as unknown as { processID?: number }).processID;
       try {
-        const r = await c.query<ClaimedRow>(this.claimSql, [
-          [...this.workflows.keys()],
+        return await claimSteps(c, this.client.db, {
+          workflows: [...this.workflows.keys()],
           limit,
-          this.workerId,
-          this.leaseMs,
-          this.nodeKeys,
-        ]);
-        return r.rows;
+          workerId: this.workerId,
+          leaseMs: this.leaseMs,
+          nodeKeys: this.nodeKeys,
+        });
       } finally {
         this.claimPid = undefined;
       }
@@ -425,7 +410,6 @@ export class Worker {
         },
         controlPool: this.controlPool,
         completions: this.completions,
-        statements: this.statements,
       });
       this.inflight.set(key, handle);
       handle.done.finally(() => {
@@ -447,16 +431,11 @@ export class Worker {
     if (batch.length === 0) return;
     let rows: { run_id: string; node: string; attempt: number }[];
     try {
-      ({ rows } = await this.controlPool.query(
-        sql.prepared(sql.heartbeat(this.client.q), this.client.prepare),
-        [
-          batch.map((h) => h.runId),
-          batch.map((h) => h.node),
-          batch.map((h) => h.attempt),
-          this.workerId,
-          this.leaseMs,
-        ],
-      ));
+      rows = await extendLeases(this.controlPool, this.client.db, {
+        steps: batch,
+        owner: this.workerId,
+        leaseMs: this.leaseMs,
+      });
     } catch (err) {
       this.log.warn(
         { err: String(err), connection: isConnectionError(err) },
@@ -475,10 +454,9 @@ export class Worker {
     for (let i = 0; i < 10 && !this.isStopped(); i++) {
       let rows: { run_id: string; node: string; state: string; attempt: number }[];
       try {
-        ({ rows } = await this.controlPool.query(
-          sql.prepared(sql.sweep(this.client.q), this.client.prepare),
-          [this.sweepBatchSize, this.client.channel],
-        ));
+        rows = await sweepExpiredLeases(this.controlPool, this.client.db, {
+          limit: this.sweepBatchSize,
+        });
       } catch (err) {
         this.log.warn({ err: String(err) }, 'recovery sweep failed; will retry');
         return;
@@ -520,7 +498,7 @@ export class Worker {
     c.on('end', reconnect);
     try {
       await c.connect();
-      await c.query(`LISTEN "${this.client.channel}"`);
+      await c.query(`LISTEN "${this.client.db.channel}"`);
       if (this.state !== 'running') {
         // stop() ran while this connection was being opened.
         c.removeAllListeners('end');
@@ -537,5 +515,3 @@ export class Worker {
     }
   }
 }
-
-export { sleep };

@@ -27,9 +27,9 @@ import {
   newAction,
   newWorkflow,
   RunNotFoundError,
-  toJson,
   Worker,
 } from '../src/index.js';
+import { toJson } from '../src/internal.js';
 import { createTestDb, type TestDb } from './support/db.js';
 import { type Fingerprint, fingerprint } from './support/fingerprint.js';
 

@@ -7,7 +7,7 @@ import { main, parseDuration } from '../src/cli.js';
 import { Client, type DeleteFinishedRunsOptions } from '../src/client.js';
 import { newAction, newWorkflow } from '../src/definitions.js';
 import { ConfigError } from '../src/errors.js';
-import * as sql from '../src/sql.js';
+import { deleteFinishedRunsSql } from '../src/sql/runs.js';
 import { Worker } from '../src/worker.js';
 import { spawnCli } from './support/cli-process.js';
 import { createTestDb, type TestDb } from './support/db.js';
@@ -286,7 +286,7 @@ describe('deleteFinishedRuns', () => {
       await c.query('BEGIN');
       await c.query('SET LOCAL enable_seqscan = off');
       await c.query("SET LOCAL plan_cache_mode = 'force_generic_plan'");
-      await c.query(`PREPARE cleanup_plan AS ${sql.deleteFinishedRuns('cyclone')}`);
+      await c.query(`PREPARE cleanup_plan AS ${deleteFinishedRunsSql('cyclone')}`);
       const { rows } = await c.query<{ 'QUERY PLAN': string }>(
         `EXPLAIN EXECUTE cleanup_plan('{completed,cancelled}', ${DAY}, NULL, 1000)`,
       );

@@ -1,12 +1,13 @@
 /**
- * Batched completion (sql.completeBatch): several steps, of one run or of several, completed in
+ * Batched completion (sql/complete.ts, completeSteps): several steps, of one run or of several, completed in
  * one statement. Each step stays fenced on its attempt; a join whose upstreams complete in the
  * same batch is released once; run counters move by the batch's sums.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CompletionBatcher } from '../src/completion-batcher.js';
 import { Client, newAction, newWorkflow } from '../src/index.js';
-import * as sql from '../src/sql.js';
+import { claimStepsSql } from '../src/sql/claim.js';
+import { completeStepsSql } from '../src/sql/complete.js';
 import { createTestDb, type TestDb } from './support/db.js';
 
 const Q = '"cyclone"';
@@ -35,7 +36,7 @@ describe('completeBatch', () => {
 
   /** Claims every claimable step of the workflow (attempt + 1) as worker `w`. */
   async function claimAll(): Promise<{ run_id: string; node: string; attempt: number }[]> {
-    const { rows } = await db.pool.query(sql.claim(Q), [
+    const { rows } = await db.pool.query(claimStepsSql(Q), [
       ['batch_diamond'],
       1000,
       'w',
@@ -46,7 +47,7 @@ describe('completeBatch', () => {
   }
 
   async function batch(steps: { run_id: string; node: string; attempt: number }[]) {
-    const { rows } = await db.pool.query(sql.completeBatch(Q), [
+    const { rows } = await db.pool.query(completeStepsSql(Q), [
       steps.map((s) => s.run_id),
       steps.map((s) => s.node),
       steps.map((s) => s.attempt),
@@ -109,7 +110,11 @@ describe('completeBatch', () => {
     const other = await client.submit(Diamond, {});
     const [otherRoot] = (await claimAll()).filter((s) => s.run_id === other.runId);
     if (!otherRoot) throw new Error('no root claimed');
-    const batcher = new CompletionBatcher(db.pool, Q, 'cyclone_cyclone');
+    const batcher = new CompletionBatcher(db.pool, {
+      q: Q,
+      channel: 'cyclone_cyclone',
+      prepare: true,
+    });
     const first = batcher.complete(otherRoot.run_id, otherRoot.node, otherRoot.attempt, 'null');
     const stale = batcher.complete(root.run_id, root.node, root.attempt - 1, 'null');
     const current = batcher.complete(root.run_id, root.node, root.attempt, 'null');

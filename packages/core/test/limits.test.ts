@@ -49,7 +49,7 @@ describe('limits', () => {
     const schema = `s${'x'.repeat(54)}`;
     const longest = new Client({ connectionString: db.url, schema, poolSize: 2 });
     clients.push(longest);
-    expect(longest.channel).toHaveLength(63);
+    expect(longest.db.channel).toHaveLength(63);
     await longest.migrate();
     const wf = newWorkflow('long_schema', {
       nodes: { only: { action: newAction('long_schema', async () => ({ ok: true })) } },

@@ -8,7 +8,11 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, newAction, newWorkflow, Worker } from '../src/index.js';
-import * as sql from '../src/sql.js';
+import { claimStepsSql } from '../src/sql/claim.js';
+import { completeStepSql, completeStepsSql } from '../src/sql/complete.js';
+import { extendLeasesSql } from '../src/sql/heartbeat.js';
+import { preparedName } from '../src/sql/statement.js';
+import { sweepExpiredLeasesSql } from '../src/sql/sweep.js';
 import { createTestDb, type TestDb } from './support/db.js';
 
 const echo = newAction('prepared_echo', async (ctx, input: { n: number }) => ({
@@ -199,15 +203,15 @@ describe('plans of the prepared statements', () => {
       };
       const complete = await plan(
         'p_complete',
-        sql.completeBatch('cyclone'),
+        completeStepsSql('cyclone'),
         `'{}', '{}', '{}', '{}', 'ch'`,
       );
       expect(complete).toContain('cyclone_steps_pkey');
       expect(complete).not.toContain('cyclone_steps_leases');
-      const beat = await plan('p_beat', sql.heartbeat('cyclone'), `'{}', '{}', '{}', 'w', 5000`);
+      const beat = await plan('p_beat', extendLeasesSql('cyclone'), `'{}', '{}', '{}', 'w', 5000`);
       expect(beat).toContain('cyclone_steps_pkey');
       expect(beat).not.toContain('cyclone_steps_leases');
-      const sweep = await plan('p_sweep', sql.sweep('cyclone'), `1000, 'ch'`);
+      const sweep = await plan('p_sweep', sweepExpiredLeasesSql('cyclone'), `1000, 'ch'`);
       expect(sweep).toContain('cyclone_steps_leases');
       // The heartbeat of many steps after the statistics were taken (a burst of claims): every
       // step by its primary key, never a scan of the table joined to the batch row by row
@@ -258,11 +262,14 @@ describe('the single-step completion', () => {
       );
       await c.query('ANALYZE cyclone.cyclone_steps; ANALYZE cyclone.cyclone_runs');
       const { rows } = await c.query<{ run_id: string; node: string; attempt: number }>(
-        sql.claim('"cyclone"'),
+        claimStepsSql('"cyclone"'),
         [['prepared_flow'], 10, 'w', 60_000, ['prepared_flow/a', 'prepared_flow/b']],
       );
       expect(rows).toHaveLength(10);
-      const statement = sql.prepared(sql.completeOne('"cyclone"'));
+      const statement = {
+        name: preparedName('complete_step', completeStepSql('"cyclone"')),
+        text: completeStepSql('"cyclone"'),
+      };
       for (const r of rows) {
         const done = await c.query(statement, [r.run_id, r.node, r.attempt, '{"ok":true}', 'ch']);
         expect(done.rows).toHaveLength(1);

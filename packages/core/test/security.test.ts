@@ -16,18 +16,8 @@ import { fileURLToPath } from 'node:url';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { main } from '../src/cli.js';
-import {
-  applyMigrations,
-  Client,
-  ConfigError,
-  type Logger,
-  newAction,
-  newWorkflow,
-  quoteSchema,
-  REDACTED,
-  redactSecrets,
-  Worker,
-} from '../src/index.js';
+import { Client, ConfigError, type Logger, newAction, newWorkflow, Worker } from '../src/index.js';
+import { applyMigrations, quoteSchema, REDACTED, redactSecrets } from '../src/internal.js';
 import { createTestDb, type TestDb } from './support/db.js';
 import { fingerprint } from './support/fingerprint.js';
 import { type Reviewed, scanSource, sourceFiles } from './support/sql-scan.js';
@@ -39,19 +29,25 @@ const PACKAGES = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const REVIEWED: Reviewed[] = [
   {
     file: 'core/src/client.ts',
-    expression: 'sql.channel(this.schema)',
+    expression: 'channelOf(this.schema)',
     reason:
       'the NOTIFY channel name cyclone_<schema>, not SQL text: the schema was validated by quoteSchema on the line before, and the channel travels as a pg_notify parameter',
   },
+  ...['run', 'node', 'attempt', 'from', 'before', 'alias', 'runId'].map((expression) => ({
+    file: 'core/src/sql/fence.ts',
+    expression,
+    reason:
+      "the fence fragments' operands: SQL expressions written by Cyclone's own statement builders ('$n' placeholders, column references such as l.run_id, a table alias), never data",
+  })),
   {
-    file: 'core/src/sql.ts',
+    file: 'core/src/sql/complete.ts',
     expression: 'input',
     reason:
       "completeFrom's input: one of the two module constants BATCH_INPUT and ONE_INPUT (the parameter's type allows only those), fixed SQL with placeholders",
   },
   {
     file: 'core/src/worker.ts',
-    expression: 'this.client.channel',
+    expression: 'this.client.db.channel',
     reason:
       'LISTEN takes no parameters: the channel is cyclone_<schema>, the schema validated as [a-z_][a-z0-9_]{0,54}, so a plain identifier, and double-quoted',
   },

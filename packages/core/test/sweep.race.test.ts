@@ -9,7 +9,9 @@ import { mapLimit } from '@cyclone/testkit';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, newAction, newWorkflow } from '../src/index.js';
-import * as sql from '../src/sql.js';
+import { claimStepsSql } from '../src/sql/claim.js';
+import { completeStepsSql, failStepSql } from '../src/sql/complete.js';
+import { sweepExpiredLeasesSql } from '../src/sql/sweep.js';
 import { createTestDb, type TestDb } from './support/db.js';
 
 const Q = '"cyclone"';
@@ -139,7 +141,7 @@ describe('recovery sweep races', () => {
       try {
         await c.query('BEGIN');
         if (r.op === 'complete') {
-          const res = await c.query(sql.completeBatch(Q), [
+          const res = await c.query(completeStepsSql(Q), [
             [r.runId],
             [r.node],
             [1],
@@ -154,7 +156,7 @@ describe('recovery sweep races', () => {
             kind: 'error',
             message: 'boom',
           };
-          const res = await c.query(sql.fail(Q), [
+          const res = await c.query(failStepSql(Q), [
             r.runId,
             r.node,
             1,
@@ -199,7 +201,7 @@ describe('recovery sweep races', () => {
           for (;;) {
             let rows: { run_id: string; node: string; attempt: number }[];
             try {
-              ({ rows } = await c.query(sql.sweep(Q), [3, CHANNEL]));
+              ({ rows } = await c.query(sweepExpiredLeasesSql(Q), [3, CHANNEL]));
             } catch (err) {
               if (!isDeadlock(err)) throw err;
               deadlocks.sweep++;
@@ -218,7 +220,7 @@ describe('recovery sweep races', () => {
         const claimLoop = async () => {
           while (!opsDone) {
             const { rows } = await claimer.query<{ run_id: string; node: string; attempt: number }>(
-              sql.claim(Q),
+              claimStepsSql(Q),
               [['sw'], 5, 'new-worker', 3_600_000, ['sw/x', 'sw/y', 'sw/w', 'sw/z']],
             );
             for (const r of rows)
@@ -236,7 +238,7 @@ describe('recovery sweep races', () => {
           claimLoop(),
         ]);
         // One last sweep after everything settled finds nothing.
-        const last = await db.pool.query(sql.sweep(Q), [1000, CHANNEL]);
+        const last = await db.pool.query(sweepExpiredLeasesSql(Q), [1000, CHANNEL]);
         expect(last.rows).toEqual([]);
 
         const { rows: steps } = await db.pool.query<StepRow>(

@@ -8,7 +8,7 @@
 import { type Deferred, deferred, waitFor } from '@cyclone/testkit';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Client, newAction, newWorkflow, Worker } from '../src/index.js';
-import * as sql from '../src/sql.js';
+import { sweepExpiredLeasesSql } from '../src/sql/sweep.js';
 import { createTestDb, type TestDb } from './support/db.js';
 
 const Q = '"cyclone"';
@@ -160,7 +160,7 @@ describe('a node re-claimed by the worker still settling its older attempt', () 
          WHERE run_id = $1`,
         [runId],
       );
-      ({ rows: swept } = await c.query(sql.sweep(Q), [100, CHANNEL]));
+      ({ rows: swept } = await c.query(sweepExpiredLeasesSql(Q), [100, CHANNEL]));
       await c.query('COMMIT');
     } finally {
       c.release();

@@ -8,6 +8,7 @@
  * and the quoted schema; sibling packages embed them in their own statements through
  * `@cyclone/core/internal`, so no other package names the engine's tables.
  */
+import { defineStatement, type Queryable, type SqlScope, send } from './statement.js';
 
 /**
  * A boolean SQL expression: the step `(run, node)` is `running` at attempt `attempt`.
@@ -53,3 +54,39 @@ export const joinRunSql = (s: string, alias: string, runId: string) =>
 
 /** The step fence as one statement: `held` is true while `($1 run_id, $2 node, $3 attempt)` is running. */
 export const selectStepHeld = (s: string) => `SELECT ${stepHeldSql(s, '$1', '$2', '$3')} AS held`;
+
+/** `ctx.assertLease()`'s check: a row while `($1 run_id, $2 node, $3 attempt)` is running. */
+export const selectStepRunningSql = (s: string) =>
+  `SELECT 1 FROM ${s}.cyclone_steps
+         WHERE run_id = $1 AND node = $2 AND attempt = $3 AND state = 'running'`;
+
+/**
+ * After a completion whose outcome is unknown (the connection died around COMMIT): a row when
+ * the step is completed at `($1 run_id, $2 node, $3 attempt)`, so that attempt's commit went in.
+ */
+export const selectStepCompletedSql = (s: string) =>
+  `SELECT 1 FROM ${s}.cyclone_steps
+         WHERE run_id = $1 AND node = $2 AND attempt = $3 AND state = 'completed'`;
+
+const stepRunningStatement = defineStatement('step_running', selectStepRunningSql, false);
+const stepCompletedStatement = defineStatement('step_completed', selectStepCompletedSql, false);
+
+/** True while the step is `running` at `attempt` (the lease is held). */
+export async function isStepHeld(
+  on: Queryable,
+  db: SqlScope,
+  p: { runId: string; node: string; attempt: number },
+): Promise<boolean> {
+  const { rows } = await send(on, stepRunningStatement(db), [p.runId, p.node, p.attempt], true);
+  return rows.length > 0;
+}
+
+/** True when the step was completed by `attempt`. */
+export async function isStepCompletedBy(
+  on: Queryable,
+  db: SqlScope,
+  p: { runId: string; node: string; attempt: number },
+): Promise<boolean> {
+  const { rows } = await send(on, stepCompletedStatement(db), [p.runId, p.node, p.attempt], true);
+  return rows.length === 1;
+}

@@ -12,6 +12,8 @@
  * - a parameter placeholder's number: `$${i + 1}` (digits and arithmetic only);
  * - a call to a SQL helper of the same file whose arguments are all quoted schemas or `'$n'`
  *   placeholder literals, and, inside that helper, its parameters so fed;
+ * - a call to one of core's step-fence fragments (`stepHeldSql`, …) given the quoted schema, then
+ *   only '$n' placeholders or column names as string literals;
  * - or an entry of the reviewed list (`REVIEWED`), each with its reason.
  * Anything else is reported with its file, line and text.
  */
@@ -47,10 +49,12 @@ const SQL_WORDS =
   /\b(SELECT|INSERT\s+INTO|UPDATE|DELETE\s+FROM|CREATE|ALTER|DROP|TRUNCATE|LISTEN|NOTIFY|RETURNING|ON\s+CONFLICT|WHERE|VALUES|JOIN|GRANT)\b/;
 
 function isQuotedSchema(e: ts.Expression, fileName: string): boolean {
-  if (ts.isIdentifier(e))
-    return e.text === 'q' || (e.text === 's' && /(^|\/)sql\.ts$/.test(fileName));
+  if (ts.isIdentifier(e)) return e.text === 'q' || (e.text === 's' && SQL_MODULE.test(fileName));
   return ts.isPropertyAccessExpression(e) && e.name.text === 'q';
 }
+
+/** A module of SQL builders: a `sql.ts`, or a module under a `sql/` folder. */
+const SQL_MODULE = /(^|\/)sql(\.ts|\/[^/]+\.ts)$/;
 
 const PLACEHOLDER_LITERAL = /^\$\d+$/;
 
@@ -60,6 +64,17 @@ function isPlaceholderLiteral(e: ts.Expression): boolean {
     PLACEHOLDER_LITERAL.test(e.text)
   );
 }
+
+/** Core's step-fence fragments (`sql/fence.ts`), which sibling packages embed in their SQL. */
+const FENCE_FRAGMENTS = new Set([
+  'stepHeldSql',
+  'stepRunningSql',
+  'stepReopenedBetweenSql',
+  'joinRunSql',
+]);
+
+/** A string literal naming a column or alias (`l.run_id`, `r`): SQL written in the source. */
+const COLUMN_LITERAL = /^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)?$/;
 
 /** The name of a function-like declaration (`function f`, `const f = (…) =>`), if any. */
 function functionName(fn: ts.Node): string | undefined {
@@ -193,6 +208,23 @@ export function scanSource(
       e.arguments.every((a) => isPlaceholderLiteral(a) || isQuotedSchema(a, fileName))
     ) {
       return allow('sql helper call');
+    }
+    if (
+      ts.isCallExpression(e) &&
+      ts.isIdentifier(e.expression) &&
+      FENCE_FRAGMENTS.has(e.expression.text) &&
+      e.arguments[0] !== undefined &&
+      isQuotedSchema(e.arguments[0], fileName) &&
+      e.arguments
+        .slice(1)
+        .every(
+          (a) =>
+            isPlaceholderLiteral(a) ||
+            ((ts.isStringLiteral(a) || ts.isNoSubstitutionTemplateLiteral(a)) &&
+              COLUMN_LITERAL.test(a.text)),
+        )
+    ) {
+      return allow('fence fragment call');
     }
     if (ts.isIdentifier(e) && isFedParameter(e)) return allow('sql helper parameter');
     find(e, 'interpolated into SQL: not a quoted schema, a string constant or a placeholder');

@@ -1,4 +1,22 @@
-/** Small helpers around pg connections, errors and waiting. */
+/**
+ * The database handle and the recipes every module shares: connections, transactions, the retry
+ * of transient failures, and how long to wait.
+ */
+import type pg from 'pg';
+import type { Logger } from './logger.js';
+import type { SqlScope } from './sql/statement.js';
+
+/**
+ * The engine's handle on its database: the pool, the quoted schema, the NOTIFY channel and
+ * whether statements are prepared (a `SqlScope` for the statements under `sql/`). The `Client`
+ * owns one; a worker derives its own for its pools.
+ */
+export interface Db extends SqlScope {
+  /** The pool statements run on. */
+  readonly pool: pg.Pool;
+  /** The schema name (unquoted, validated). */
+  readonly schema: string;
+}
 
 /** How long opening a connection may take before it counts as failed (ms). */
 export const CONNECT_TIMEOUT_MS = 10_000;
@@ -86,5 +104,60 @@ export async function settlesWithin(p: Promise<unknown> | undefined, ms: number)
     ]);
   } finally {
     clearTimeout(timer);
+  }
+}
+
+/**
+ * Runs `fn` in a transaction on a connection of `pool`: BEGIN, `fn`, COMMIT; ROLLBACK (and the
+ * error rethrown) when `fn` or the COMMIT fails. The connection is destroyed rather than reused
+ * after a connection error (`withConnection`).
+ */
+export function withTransaction<T>(
+  pool: pg.Pool,
+  fn: (c: pg.PoolClient) => Promise<T>,
+): Promise<T> {
+  return withConnection(pool, async (c) => {
+    await c.query('BEGIN');
+    try {
+      const out = await fn(c);
+      await c.query('COMMIT');
+      return out;
+    } catch (err) {
+      await c.query('ROLLBACK').catch(() => {});
+      throw err;
+    }
+  });
+}
+
+/** How `retryTransient` retries. Durations in ms. */
+export interface RetryPolicy {
+  /** Retry until this much time has passed since the first try. */
+  deadlineMs: number;
+  /** Delay before retry `i` (0-based): `min(baseMs · 2^i, maxDelayMs)`. Default 50. */
+  baseMs?: number;
+  /** Default 2,000. */
+  maxDelayMs?: number;
+  /** Told of each transient failure before its retry. */
+  log?: Logger;
+}
+
+/**
+ * Runs `fn`, and again with exponential backoff while it fails transiently (a connection error,
+ * a deadlock or a serialization failure: `isConnectionError`, `isTransactionConflict`) and the
+ * deadline has not passed. Only for work that is safe to run twice, such as a fenced statement
+ * or a whole transaction that rolled back.
+ * @throws the last error, once it is not transient or the deadline has passed.
+ */
+export async function retryTransient<T>(fn: () => Promise<T>, policy: RetryPolicy): Promise<T> {
+  const deadline = Date.now() + policy.deadlineMs;
+  for (let i = 0; ; i++) {
+    try {
+      return await fn();
+    } catch (err) {
+      const transient = isConnectionError(err) || isTransactionConflict(err);
+      if (!transient || Date.now() >= deadline) throw err;
+      policy.log?.warn({ err: String(err) }, 'database connection failed; retrying');
+      await sleep(Math.min((policy.baseMs ?? 50) * 2 ** i, policy.maxDelayMs ?? 2_000));
+    }
   }
 }

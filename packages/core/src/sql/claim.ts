@@ -1,0 +1,72 @@
+/** The claim: the statement that leases claimable steps to a worker. */
+import type { Json } from '../types.js';
+import { defineStatement, type Queryable, type SqlScope, send } from './statement.js';
+
+/**
+ * Claims up to $2 claimable steps of the workflows $1 for worker $3 with a lease of $4 ms, only
+ * of the nodes $5 (`workflow/node`) the worker knows: during a rolling deploy an older worker
+ * leaves a node that only the new version has to the new workers.
+ * The candidates are locked in a MATERIALIZED CTE first (`FOR UPDATE SKIP LOCKED`), then the
+ * UPDATE joins to them, so LIMIT really limits (ARCHITECTURE.md § Pitfalls). The attempt it sets
+ * is the claim's fencing token. Returns the run input and the outputs of completed ancestors.
+ */
+export const claimStepsSql = (s: string) => `
+WITH c AS MATERIALIZED (
+  SELECT run_id, node FROM ${s}.cyclone_steps
+  WHERE state IN ('available', 'retryable') AND workflow = ANY($1::text[]) AND scheduled_at <= now()
+    AND workflow || '/' || node = ANY($5::text[])
+  ORDER BY scheduled_at
+  LIMIT $2
+  FOR UPDATE SKIP LOCKED
+), u AS (
+  UPDATE ${s}.cyclone_steps t
+  SET state = 'running', attempt = t.attempt + 1, lease_owner = $3,
+      lease_expires_at = now() + make_interval(secs => $4::double precision / 1000),
+      started_at = now(), updated_at = now()
+  FROM c WHERE t.run_id = c.run_id AND t.node = c.node
+  RETURNING t.run_id, t.node, t.workflow, t.action, t.attempt, t.max_attempts, t.ancestors
+)
+SELECT u.run_id, u.node, u.workflow, u.action, u.attempt, u.max_attempts, r.input AS run_input,
+  CASE WHEN cardinality(u.ancestors) = 0 THEN '{}'::jsonb ELSE
+  (SELECT coalesce(jsonb_object_agg(a.node, a.output), '{}'::jsonb) FROM ${s}.cyclone_steps a
+   WHERE a.run_id = u.run_id AND a.node = ANY(u.ancestors) AND a.state = 'completed') END AS upstream
+FROM u JOIN ${s}.cyclone_runs r ON r.id = u.run_id`;
+
+/** A step as the claim returns it: leased to the worker at `attempt`, with what its handler needs. */
+export interface ClaimedStep {
+  run_id: string;
+  node: string;
+  workflow: string;
+  action: string;
+  /** The claim's fencing token. */
+  attempt: number;
+  max_attempts: number;
+  run_input: Json;
+  /** Outputs of the node's completed ancestors, by node name. */
+  upstream: Record<string, Json>;
+}
+
+const claimStepsStatement = defineStatement('claim_steps', claimStepsSql);
+
+/** Leases up to `limit` claimable steps of `workflows` (only of `nodeKeys`) to `workerId`. */
+export async function claimSteps(
+  on: Queryable,
+  db: SqlScope,
+  p: {
+    workflows: string[];
+    limit: number;
+    workerId: string;
+    leaseMs: number;
+    /** `workflow/node` of every node the worker can run. */
+    nodeKeys: string[];
+  },
+): Promise<ClaimedStep[]> {
+  const { rows } = await send<ClaimedStep>(on, claimStepsStatement(db), [
+    p.workflows,
+    p.limit,
+    p.workerId,
+    p.leaseMs,
+    p.nodeKeys,
+  ]);
+  return rows;
+}

@@ -1,0 +1,213 @@
+/**
+ * Inspection, operator actions and retention: the statements on whole runs. None is on the hot
+ * path, so they go as plain text. Every one but retention touches the rows of one run.
+ */
+import { defineStatement, type Queryable, type SqlScope, send } from './statement.js';
+
+// biome-ignore lint/suspicious/noExplicitAny: rows from pg are untyped; inspect.ts maps them
+type Row = any;
+
+/** A run's row. $1 run id. */
+export const selectRunSql = (s: string) => `SELECT * FROM ${s}.cyclone_runs WHERE id = $1`;
+
+/** A run's steps, in topological order, then by name. $1 run id. */
+export const selectStepsSql = (s: string) =>
+  `SELECT * FROM ${s}.cyclone_steps WHERE run_id = $1
+       ORDER BY cardinality(ancestors), node`;
+
+/** Runs, newest first. $1 state or NULL, $2 workflow or NULL, $3 limit. */
+export const listRunsSql = (s: string) =>
+  `SELECT id, workflow, state, submit_key, steps_remaining, created_at, updated_at, completed_at
+       FROM ${s}.cyclone_runs
+       WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR workflow = $2)
+       ORDER BY created_at DESC, id LIMIT $3`;
+
+/** Each step's node and its downstream nodes (the stored DAG). $1 run id. */
+export const selectStepEdgesSql = (s: string) =>
+  `SELECT node, downstream FROM ${s}.cyclone_steps WHERE run_id = $1`;
+
+/** Locks a run's row for an operator action (in a transaction). $1 run id. */
+export const lockRunSql = (s: string) =>
+  `SELECT state, steps_active, workflow FROM ${s}.cyclone_runs WHERE id = $1 FOR UPDATE`;
+
+/** Locks one step's row (in the run's transaction). $1 run id, $2 node. */
+export const lockStepSql = (s: string) =>
+  `SELECT state FROM ${s}.cyclone_steps WHERE run_id = $1 AND node = $2 FOR UPDATE`;
+
+/**
+ * Operator retry: reopens the run's discarded or cancelled steps (only node $2 unless NULL) in
+ * place; exhausted attempts get the same budget again. $1 run id, $2 node or NULL.
+ */
+export const reopenStepsSql = (s: string) =>
+  `UPDATE ${s}.cyclone_steps t
+         SET state = CASE WHEN t.deps_remaining = 0 THEN 'available' ELSE 'pending' END,
+             max_attempts = CASE WHEN t.attempt >= t.max_attempts
+                                 THEN t.attempt + t.max_attempts ELSE t.max_attempts END,
+             reopened_after_attempt = t.attempt, scheduled_at = now(), updated_at = now()
+         WHERE t.run_id = $1 AND ($2::text IS NULL OR t.node = $2)
+           AND t.state IN ('discarded', 'cancelled')
+         RETURNING t.node, t.state`;
+
+/** Puts a run back to `running` with $2 more active steps. $1 run id. */
+export const reactivateRunSql = (s: string) =>
+  `UPDATE ${s}.cyclone_runs SET state = 'running', completed_at = NULL,
+           steps_active = steps_active + $2, updated_at = now() WHERE id = $1`;
+
+/** Cancels every unfinished step of a run. $1 run id. */
+export const cancelStepsSql = (s: string) =>
+  `UPDATE ${s}.cyclone_steps SET state = 'cancelled', lease_owner = NULL,
+           lease_expires_at = NULL, updated_at = now()
+         WHERE run_id = $1 AND state IN ('pending', 'available', 'running', 'retryable')`;
+
+/** Marks a run cancelled. $1 run id. */
+export const cancelRunSql = (s: string) =>
+  `UPDATE ${s}.cyclone_runs SET state = 'cancelled', steps_active = 0,
+           completed_at = now(), updated_at = now() WHERE id = $1`;
+
+/** Wakes the workers of workflow $2 on channel $1. */
+export const notifySql = (_s: string) => 'SELECT pg_notify($1, $2)';
+
+/**
+ * Retention (`Client.deleteFinishedRuns`): deletes one batch of at most $4 finished runs in the
+ * states $1 that finished more than $2 ms ago, oldest first, only of workflow $3 when it is not
+ * NULL. The victims are locked in a MATERIALIZED CTE first (`FOR UPDATE SKIP LOCKED`: a run an
+ * operator is retrying right now is skipped), then the DELETE joins to them, so LIMIT really
+ * limits (ARCHITECTURE.md § Pitfalls), and re-checks the state on the rows it locked, so a run
+ * that went back to `running` is never deleted. The literal state list matches the partial index
+ * `cyclone_runs_finished` (migration 000004), which a generic plan of `state = ANY($1)` alone
+ * could not use. Steps and @cyclone/idempotency's ledger rows go with their run (`ON DELETE
+ * CASCADE`). Returns `deleted`, the number of runs deleted.
+ */
+export const deleteFinishedRunsSql = (s: string) => `
+WITH victims AS MATERIALIZED (
+  SELECT id FROM ${s}.cyclone_runs
+  WHERE state IN ('completed', 'failed', 'cancelled') AND state = ANY($1::text[])
+    AND completed_at < now() - make_interval(secs => $2::double precision / 1000)
+    AND ($3::text IS NULL OR workflow = $3::text)
+  ORDER BY completed_at
+  LIMIT $4
+  FOR UPDATE SKIP LOCKED
+), gone AS (
+  DELETE FROM ${s}.cyclone_runs r USING victims v
+  WHERE r.id = v.id AND r.state IN ('completed', 'failed', 'cancelled') AND r.state = ANY($1::text[])
+  RETURNING 1
+)
+SELECT count(*)::int AS deleted FROM gone`;
+
+const selectRunStatement = defineStatement('select_run', selectRunSql, false);
+const selectStepsStatement = defineStatement('select_steps', selectStepsSql, false);
+const listRunsStatement = defineStatement('list_runs', listRunsSql, false);
+const selectStepEdgesStatement = defineStatement('select_step_edges', selectStepEdgesSql, false);
+const lockRunStatement = defineStatement('lock_run', lockRunSql, false);
+const lockStepStatement = defineStatement('lock_step', lockStepSql, false);
+const reopenStepsStatement = defineStatement('reopen_steps', reopenStepsSql, false);
+const reactivateRunStatement = defineStatement('reactivate_run', reactivateRunSql, false);
+const cancelStepsStatement = defineStatement('cancel_steps', cancelStepsSql, false);
+const cancelRunStatement = defineStatement('cancel_run', cancelRunSql, false);
+const notifyStatement = defineStatement('notify', notifySql, false);
+const deleteFinishedRunsStatement = defineStatement(
+  'delete_finished_runs',
+  deleteFinishedRunsSql,
+  false,
+);
+
+/** A run's row (all columns), or undefined. */
+export async function selectRun(on: Queryable, db: SqlScope, runId: string): Promise<Row> {
+  return (await send(on, selectRunStatement(db), [runId])).rows[0];
+}
+
+/** A run's step rows (all columns), in topological order, then by name. */
+export async function selectSteps(on: Queryable, db: SqlScope, runId: string): Promise<Row[]> {
+  return (await send(on, selectStepsStatement(db), [runId])).rows;
+}
+
+/** Run rows without input, newest first. */
+export async function listRuns(
+  on: Queryable,
+  db: SqlScope,
+  p: { state: string | null; workflow: string | null; limit: number },
+): Promise<Row[]> {
+  return (await send(on, listRunsStatement(db), [p.state, p.workflow, p.limit])).rows;
+}
+
+/** Each step of a run with its downstream node names. */
+export async function selectStepEdges(
+  on: Queryable,
+  db: SqlScope,
+  runId: string,
+): Promise<{ node: string; downstream: string[] }[]> {
+  return (
+    await send<{ node: string; downstream: string[] }>(on, selectStepEdgesStatement(db), [runId])
+  ).rows;
+}
+
+/** What an operator action needs of the run it locked. */
+export interface LockedRun {
+  state: string;
+  steps_active: number;
+  workflow: string;
+}
+
+/** Locks a run's row; undefined when there is no such run. Inside a transaction. */
+export async function lockRun(
+  on: Queryable,
+  db: SqlScope,
+  runId: string,
+): Promise<LockedRun | undefined> {
+  return (await send<LockedRun>(on, lockRunStatement(db), [runId])).rows[0];
+}
+
+/** Locks one step's row; undefined when the run has no such node. Inside a transaction. */
+export async function lockStep(
+  on: Queryable,
+  db: SqlScope,
+  p: { runId: string; node: string },
+): Promise<{ state: string } | undefined> {
+  return (await send<{ state: string }>(on, lockStepStatement(db), [p.runId, p.node])).rows[0];
+}
+
+/** Reopens discarded or cancelled steps (one node, or all when `node` is null). */
+export async function reopenSteps(
+  on: Queryable,
+  db: SqlScope,
+  p: { runId: string; node: string | null },
+): Promise<{ node: string; state: string }[]> {
+  return (
+    await send<{ node: string; state: string }>(on, reopenStepsStatement(db), [p.runId, p.node])
+  ).rows;
+}
+
+/** Puts a run back to `running` with `activated` more active steps. */
+export async function reactivateRun(
+  on: Queryable,
+  db: SqlScope,
+  p: { runId: string; activated: number },
+): Promise<void> {
+  await send(on, reactivateRunStatement(db), [p.runId, p.activated]);
+}
+
+/** Cancels every unfinished step of a run, then the run. Inside the run's transaction. */
+export async function cancelRun(on: Queryable, db: SqlScope, runId: string): Promise<void> {
+  await send(on, cancelStepsStatement(db), [runId]);
+  await send(on, cancelRunStatement(db), [runId]);
+}
+
+/** Wakes the workers of `workflow` (NOTIFY on the schema's channel). */
+export async function notifyWorkflow(on: Queryable, db: SqlScope, workflow: string): Promise<void> {
+  await send(on, notifyStatement(db), [db.channel, workflow]);
+}
+
+/** Deletes one batch of finished runs. @returns how many were deleted. */
+export async function deleteFinishedRuns(
+  on: Queryable,
+  db: SqlScope,
+  p: { states: string[]; olderThanMs: number; workflow: string | null; limit: number },
+): Promise<number> {
+  const { rows } = await send<{ deleted: number }>(on, deleteFinishedRunsStatement(db), [
+    p.states,
+    p.olderThanMs,
+    p.workflow,
+    p.limit,
+  ]);
+  return rows[0]?.deleted ?? 0;
+}

@@ -1,0 +1,97 @@
+/**
+ * The vocabulary shared by every module: stored values, states, and what inspection returns.
+ * Imports nothing, so any module can use it without an import cycle.
+ */
+
+/** A JSON value as stored in `jsonb`. */
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+
+/** The pg-compatible query surface of the completion transaction (`pg.PoolClient#query`). */
+export interface Tx {
+  query<R extends Record<string, unknown> = Record<string, unknown>>(
+    text: string,
+    values?: unknown[],
+  ): Promise<{ rows: R[]; rowCount: number | null }>;
+}
+
+/** Why a step's attempt failed, as recorded in its errors (see `StepError.kind`). */
+export type StepErrorKind =
+  | 'error'
+  | 'non_retryable'
+  | 'timeout'
+  | 'lease_expired'
+  | 'input_invalid'
+  | 'output_invalid'
+  | 'worker_stopped'
+  | 'conflict';
+
+/** Run states (API.md). */
+export type RunState = 'running' | 'completed' | 'failed' | 'cancelled';
+/** Step states (API.md). */
+export type StepState =
+  | 'pending'
+  | 'available'
+  | 'running'
+  | 'retryable'
+  | 'completed'
+  | 'discarded'
+  | 'cancelled';
+
+/** One recorded failed attempt of a step. `at` is an ISO-8601 timestamp. */
+export interface StepError {
+  attempt: number;
+  at: string;
+  message: string;
+  /**
+   * Why the attempt failed: `error` (the handler threw or rejected), `non_retryable`
+   * (`NonRetryableError`), `timeout` (the action's timeout elapsed), `lease_expired` (recorded by
+   * the recovery sweep: the worker died or stalled), `input_invalid` (the mapped input failed the
+   * action's schema), `output_invalid` (the output is not storable JSON), `worker_stopped` (the
+   * worker's stop grace period ran out; retried at once, and it counts as an attempt), `conflict`
+   * (its `completionTx` lost a deadlock or serialization failure; retried at once, the attempt
+   * given back).
+   */
+  kind: StepErrorKind;
+  stack?: string;
+}
+
+/** A node of a run as stored (API.md § StepInfo). */
+export interface StepInfo {
+  node: string;
+  action: string;
+  state: StepState;
+  /** Claims so far (0 before the first). */
+  attempt: number;
+  maxAttempts: number;
+  /** Upstream nodes not yet completed. */
+  depsRemaining: number;
+  /** The attempt the step had reached when an operator last reopened it; null if never. */
+  reopenedAfterAttempt: number | null;
+  output: Json | null;
+  errors: StepError[];
+  scheduledAt: Date;
+  leaseOwner: string | null;
+  leaseExpiresAt: Date | null;
+  startedAt: Date | null;
+  completedAt: Date | null;
+}
+
+/** A run with its steps. */
+export interface RunInfo {
+  runId: string;
+  workflow: string;
+  state: RunState;
+  input: Json;
+  submitKey: string | null;
+  createdAt: Date;
+  updatedAt: Date;
+  /** When the run reached a terminal state (completed, failed, cancelled); null while running. */
+  completedAt: Date | null;
+  /** Steps in the order the workflow defines them (topological), then by name. */
+  steps: StepInfo[];
+}
+
+/** A run without its steps, as `listRuns` returns it. */
+export type RunSummary = Omit<RunInfo, 'steps' | 'input'> & {
+  stepsRemaining: number;
+};
