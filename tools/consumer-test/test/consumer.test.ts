@@ -184,6 +184,9 @@ describe('the published packages, installed with npm outside the workspace', () 
     for (const c of checks) dependencies[c.name] = `file:${c.tarball}`;
     // What the user's own code imports besides @cyclone/*, at the versions the workspace uses.
     dependencies.stripe = own.devDependencies.stripe;
+    // A second installed copy of core under an alias, as a peer-dependency mismatch leaves one.
+    const core = checks.find((c) => c.name === '@cyclone/core');
+    if (core) dependencies['cyclone-core-copy'] = `file:${core.tarball}`;
     dependencies.zod = own.devDependencies.zod;
     const manifest = {
       name: 'cyclone-consumer',
@@ -349,6 +352,19 @@ describe('the published packages, installed with npm outside the workspace', () 
         .map((r: { runId: string }) => r.runId)
         .sort(),
     ).toEqual([runs.completed, runs.failed].sort());
+  });
+
+  it('with two installed copies of core, a NonRetryableError of one is never retried by the other', async () => {
+    copyFileSync(join(here, 'fixture/two-copies.mjs'), join(app, 'two-copies.mjs'));
+    const r = await sh('node two-copies.mjs', process.execPath, [join(app, 'two-copies.mjs')], {
+      cwd: app,
+      env: cleanEnv({ DATABASE_URL: dbUrl }),
+      timeoutMs: 60_000,
+    });
+    expect(r.code, show(r)).toBe(0);
+    const out = JSON.parse(r.stdout.trim().split('\n').pop() ?? '');
+    expect(out.checks.filter((c: { ok: boolean }) => !c.ok)).toEqual([]);
+    expect(out.step).toEqual({ state: 'discarded', attempt: 1, kinds: ['non_retryable'] });
   });
 
   it('runs the program of docs/getting-started.md', async () => {
