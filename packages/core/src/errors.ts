@@ -156,7 +156,7 @@ export class PayloadError extends CycloneError {
 
 /**
  * `submitOnce` found a run with the same workflow and key but a different input. A dedupe key
- * never swallows a different logical submission (ARCHITECTURE.md § Submission).
+ * never swallows a different logical submission.
  */
 export class SubmitKeyConflictError extends CycloneError {
   readonly workflow: string;
@@ -219,7 +219,7 @@ export class InvalidStateError extends CycloneError {
  * The step's lease was lost: another worker reclaimed it after the lease expired, a timeout
  * failed it, or the run was cancelled. Thrown by completion (the fenced update touched no row),
  * and the reason of `ctx.signal` when the heartbeat finds the lease gone. Everything written on
- * `ctx.completionTx()` is rolled back (ARCHITECTURE.md § The step lifecycle, 4).
+ * `ctx.completionTx()` is rolled back.
  */
 export class LeaseLostError extends CycloneError {
   readonly runId: string;

@@ -47,8 +47,8 @@ export function consoleLogger(
 }
 
 /**
- * A child logger made only when something is logged: a worker's per-step logger (issue 8: one
- * per step, and most steps log nothing). Behaves as `parent.child(bindings)`.
+ * A child logger made only when something is logged: a worker's per-step logger (one per
+ * step, and most steps log nothing, so making them eagerly is wasted work). Behaves as `parent.child(bindings)`.
  */
 export class LazyChildLogger implements Logger {
   private made: Logger | undefined;

@@ -1,5 +1,5 @@
 /**
- * Secret redaction for text Cyclone stores or logs on its own (CONVENTIONS.md § Code): a step's
+ * Secret redaction for text Cyclone stores or logs on its own: a step's
  * recorded error (message and stack) may quote a provider's credentials — an SDK that puts the
  * request's headers in its message, a handler that throws `new Error(\`bad key ${key}\`)` — and
  * the `errors` column is read by operators, the CLI and dashboards. Known secret shapes are

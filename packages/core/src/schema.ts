@@ -1,6 +1,6 @@
 /**
- * The schema name: validated once and quoted once (CONVENTIONS.md § Code: identifiers validated
- * and quoted once). Every SQL text is built from a `QuotedSchema`, never from user input.
+ * The schema name: validated once and quoted once, since it is the one identifier
+ * interpolated into SQL. Every SQL text is built from a `QuotedSchema`, never from user input.
  */
 import { ConfigError } from './errors.js';
 

@@ -25,9 +25,9 @@ export type StepErrorKind =
   | 'worker_stopped'
   | 'conflict';
 
-/** Run states (API.md). */
+/** The states of a run; `running` until it completes, fails or is cancelled. */
 export type RunState = 'running' | 'completed' | 'failed' | 'cancelled';
-/** Step states (API.md). */
+/** The states of a step (a node of a run); see docs/concepts.md for the transitions. */
 export type StepState =
   | 'pending'
   | 'available'
@@ -55,7 +55,7 @@ export interface StepError {
   stack?: string;
 }
 
-/** A node of a run as stored (API.md § StepInfo). */
+/** A node of a run as stored: what `Client.getRun` returns per step. */
 export interface StepInfo {
   node: string;
   action: string;

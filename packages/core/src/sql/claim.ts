@@ -7,7 +7,8 @@ import { defineStatement, type Queryable, type SqlScope, send } from './statemen
  * of the nodes $5 (`workflow/node`) the worker knows: during a rolling deploy an older worker
  * leaves a node that only the new version has to the new workers.
  * The candidates are locked in a MATERIALIZED CTE first (`FOR UPDATE SKIP LOCKED`), then the
- * UPDATE joins to them, so LIMIT really limits (ARCHITECTURE.md § Pitfalls). The attempt it sets
+ * UPDATE joins to them, so LIMIT really limits (an UPDATE … WHERE id IN (SELECT … LIMIT) may
+ * lock and update more rows than the limit). The attempt it sets
  * is the claim's fencing token. Returns the run input and the outputs of completed ancestors.
  */
 export const claimStepsSql = (s: string) => `

@@ -10,8 +10,8 @@ import type { StepAttempt } from './heartbeat.js';
 import { defineStatement, type Queryable, type SqlScope, send } from './statement.js';
 
 /**
- * Completes steps in one statement: a batch of steps that opened no `completionTx` (issue 8:
- * batched completion), or one step on its handler's `completionTx`. Each step is fenced on its own (`state = 'running' AND attempt = <its attempt>`);
+ * Completes steps in one statement: a batch of steps that opened no `completionTx` (group
+ * commit: one statement for many steps), or one step on its handler's `completionTx`. Each step is fenced on its own (`state = 'running' AND attempt = <its attempt>`);
  * downstream counters and run counters are moved by the sum over the batch, so two upstream
  * nodes of one join completing in the same batch release it once. The batch may touch several
  * runs: a deliberate exception to the one-run rule for throughput; it is one atomic statement,
@@ -26,9 +26,9 @@ export const completeStepsSql = (s: string) => completeFrom(s, BATCH_INPUT);
  * `completeBatch` for exactly one step, with scalar parameters: $1 run_id, $2 node, $3 attempt,
  * $4 output jsonb, $5 channel. The same transition; used on a handler's `completionTx` and for a
  * batch of one. With array parameters PostgreSQL plans every execution again (a generic plan of
- * `unnest($1)` is costed for 10 rows, so the per-call custom plan always looks cheaper): about
- * 370 µs of server CPU per single-step completion, against 120 µs for this form, whose generic
- * plan PostgreSQL keeps after five executions (measured on the bench machine).
+ * `unnest($1)` is costed for 10 rows, so the per-call custom plan always looks cheaper); this
+ * form's generic plan is kept after five executions (test/prepared.test.ts checks it; bench
+ * scenario 4 measures the difference).
  */
 export const completeStepSql = (s: string) => completeFrom(s, ONE_INPUT);
 

@@ -72,7 +72,7 @@ export const notifySql = (_s: string) => 'SELECT pg_notify($1, $2)';
  * states $1 that finished more than $2 ms ago, oldest first, only of workflow $3 when it is not
  * NULL. The victims are locked in a MATERIALIZED CTE first (`FOR UPDATE SKIP LOCKED`: a run an
  * operator is retrying right now is skipped), then the DELETE joins to them, so LIMIT really
- * limits (ARCHITECTURE.md § Pitfalls), and re-checks the state on the rows it locked, so a run
+ * limits, and re-checks the state on the rows it locked, so a run
  * that went back to `running` is never deleted. The literal state list matches the partial index
  * `cyclone_runs_finished` (migration 000004), which a generic plan of `state = ANY($1)` alone
  * could not use. Steps and @cyclone/idempotency's ledger rows go with their run (`ON DELETE

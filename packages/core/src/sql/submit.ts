@@ -6,7 +6,7 @@ import { defineStatement, type Queryable, type SqlScope, send } from './statemen
 
 /**
  * Inserts a run and all its steps in one statement. With a submit key, `ON CONFLICT (workflow,
- * submit_key) DO NOTHING`: no row comes back when the key exists (ARCHITECTURE.md § Submission).
+ * submit_key) DO NOTHING`: no row comes back when the key exists.
  * $1 id, $2 workflow, $3 input jsonb, $4 submit_key, $5 input_hash, $6 step count, $7 root
  * count, $8 nodes[], $9 actions[], $10 max_attempts[], $11 deps[], $12 downstream jsonb[],
  * $13 ancestors jsonb[], $14 channel.
@@ -34,7 +34,7 @@ SELECT (SELECT id FROM run) AS id, (SELECT count(*) FROM steps)::int AS steps, p
 WHERE EXISTS (SELECT 1 FROM run)`;
 
 /**
- * Inserts many runs of one workflow and all their steps in one statement (`submitMany`, issue 8:
+ * Inserts many runs of one workflow and all their steps in one statement (`submitMany`:
  * one round trip and one parse for up to a chunk of runs instead of one per run). The runs come
  * in as arrays (unnest); their steps are the cross product of the inserted runs and the
  * workflow's nodes, which are the same for every run of a workflow (as in `insertRun`: roots

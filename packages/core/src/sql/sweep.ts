@@ -5,7 +5,8 @@ import { defineStatement, type Queryable, type SqlScope, send } from './statemen
  * The recovery sweep: one statement that locks up to $1 `running` steps whose lease expired
  * (`FOR UPDATE SKIP LOCKED`, so a step being completed, failed or re-claimed right now is
  * skipped) and re-checks `state = 'running' AND lease_expires_at < now()` on the rows it
- * locked (ARCHITECTURE.md § Pitfalls: a sweep that overwrites). Each becomes `retryable` (now)
+ * locked, so a step that finished between the read and the lock is never
+ * overwritten. Each becomes `retryable` (now)
  * or `discarded` when its attempts are exhausted, with a `lease_expired` error entry.
  * Returns the swept steps; $2 channel.
  */
