@@ -101,7 +101,7 @@ export async function getLedgerEntry(
   client: Client,
   key: string,
 ): Promise<LedgerEntry | undefined> {
-  const { rows } = await client.pool.query(sql.selectRow(client.q), [runIdOf(key), key]);
+  const { rows } = await client.pool.query(sql.selectRow(client.db.q), [runIdOf(key), key]);
   return rows[0] ? toEntry(rows[0]) : undefined;
 }
 
@@ -113,7 +113,7 @@ export async function listLedgerEntries(client: Client, runId: string): Promise<
   if (typeof runId !== 'string' || !UUID.test(runId)) {
     throw new IdempotencyUsageError(`${JSON.stringify(runId)} is not a run id`);
   }
-  const { rows } = await client.pool.query(sql.selectRun(client.q), [runId]);
+  const { rows } = await client.pool.query(sql.selectRun(client.db.q), [runId]);
   return rows.map(toEntry);
 }
 
@@ -172,7 +172,7 @@ export async function resolveKey(
     }
   }
   const providerRef = resolution.outcome === 'succeeded' ? (resolution.providerRef ?? null) : null;
-  const r = await client.pool.query(sql.resolve(client.q), [
+  const r = await client.pool.query(sql.resolve(client.db.q), [
     runId,
     key,
     resolution.outcome,
@@ -239,7 +239,7 @@ export async function reapLedger(client: Client, options: ReapOptions): Promise<
   }
   let total = 0;
   for (;;) {
-    const { rows } = await client.pool.query<{ deleted: number }>(sql.reap(client.q), [
+    const { rows } = await client.pool.query<{ deleted: number }>(sql.reap(client.db.q), [
       olderThanMs,
       states,
       batchSize,

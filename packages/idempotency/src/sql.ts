@@ -1,6 +1,6 @@
 /**
  * Every statement on the ledger, in one place (CONVENTIONS.md § Layout). Each takes the quoted
- * schema (`client.q`) and returns SQL text; values always travel as parameters. Every statement
+ * schema (`client.db.q`) and returns SQL text; values always travel as parameters. Every statement
  * touches the rows of one run (ARCHITECTURE.md § Data model).
  *
  * The step fence — "the step is still `running` at this attempt", the predicate of
