@@ -54,7 +54,7 @@ export function leaseLost(ctx: Context): LeaseLostError {
 
 /** Step 1 of the protocol: the fast insert, else the decision on the locked existing row. */
 export async function claimKey<T>(ctx: Context, opts: Normalised<T>): Promise<Decision> {
-  const { pool, q } = ctx.client;
+  const { pool, q } = ctx.client.db;
   const inserted = await pool.query<{
     inserted: boolean;
     generation: number;
@@ -143,7 +143,7 @@ async function decideOnLockedRow<T>(
   row: LockedRow,
   c: Queryable,
 ): Promise<Decision | Thrown> {
-  const { q } = ctx.client;
+  const { q } = ctx.client.db;
   if (row.request_hash !== opts.hash) {
     return thrown(new IdempotencyMismatchError(opts.key, opts.hash, row.request_hash));
   }

@@ -75,7 +75,7 @@ export async function recordSuccess<T>(
   ref: string | null,
   recorded: RecordedOnTx,
 ): Promise<Json> {
-  const { pool, q } = ctx.client;
+  const { pool, q } = ctx.client.db;
   const params = [ctx.runId, opts.key, generation, JSON.stringify(result), ref];
   if (opts.useCompletionTx) {
     const tx = await ctx.completionTx();
@@ -151,7 +151,7 @@ export async function writeFailure<T>(
   failure: StoredFailure,
   keepStamp: boolean,
 ): Promise<void> {
-  const { pool, q } = ctx.client;
+  const { pool, q } = ctx.client.db;
   try {
     const r = await withDbRetry(() =>
       pool.query(sql.recordFailure(q), [

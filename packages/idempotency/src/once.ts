@@ -179,7 +179,7 @@ async function reconcile<T>(
     };
   }
   throwIfAborted(ctx);
-  const { pool, q } = ctx.client;
+  const { pool, q } = ctx.client.db;
   const r = await pool.query<{ generation: number; calls: number }>(sql.stampRecall(q), [
     ctx.runId,
     opts.key,
@@ -202,7 +202,7 @@ async function call<T>(
   d: Extract<Decision, { kind: 'call' }>,
   state: CtxState,
 ): Promise<T> {
-  const { pool, q } = ctx.client;
+  const { pool, q } = ctx.client.db;
   if (ctx.signal.aborted) {
     // Stamped but not called: say so, so the next attempt need not wait out the quiet period.
     await pool
