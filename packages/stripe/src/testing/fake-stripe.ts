@@ -30,11 +30,11 @@ import {
   type EffectType,
   newStore,
   type ResourceStore,
-  type RouteResult,
-  route,
   type StripeErrorBody,
   type StripeObject,
-} from './resources.js';
+} from './resources/objects.js';
+import type { RouteResult } from './resources/resource.js';
+import { route } from './resources/routes.js';
 
 /** Stripe's documented floor for keeping idempotency keys: 24 hours, in ms (PROVIDERS.md § 1.2). */
 export const STRIPE_IDEMPOTENCY_RETENTION_MS = 24 * 60 * 60 * 1000;

@@ -16,10 +16,5 @@ export {
   STRIPE_IDEMPOTENCY_RETENTION_MS,
 } from './fake-stripe.js';
 export { canonical, decodeForm, type FormParams, type FormValue } from './form.js';
-export {
-  DECLINING_PAYMENT_METHODS,
-  type Effect,
-  type EffectType,
-  type StripeErrorBody,
-  type StripeObject,
-} from './resources.js';
+export type { Effect, EffectType, StripeErrorBody, StripeObject } from './resources/objects.js';
+export { DECLINING_PAYMENT_METHODS } from './resources/payment-intents.js';
