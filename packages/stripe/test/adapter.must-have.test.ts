@@ -69,7 +69,7 @@ describe('PROVIDERS.md § 5.1 must-have tests', () => {
     // Fault: the response is lost twice (effect, then socket destroyed; the SDK's own
     // closed-connection retry is dropped too), so attempt 1 ends ambiguous and attempt 2
     // re-sends under the same key.
-    fake.inject({ method: 'POST', times: 2, fault: { type: 'drop_after_effect' } });
+    fake.inject({ kind: 'reset', commit: true }, { method: 'POST', times: 2 });
     const stripe = fake.client({ maxNetworkRetries: 0 });
     const wf = singleNode(chargeAction(() => stripe));
     const { run, step, runId } = await runOnce(h, wf, {});
@@ -91,7 +91,7 @@ describe('PROVIDERS.md § 5.1 must-have tests', () => {
 
   it("2. lost response at maxNetworkRetries 0: the SDK's closed-connection retry gets the replay, one effect", async () => {
     // Fault: effect committed, then the socket destroyed once.
-    fake.inject({ method: 'POST', fault: { type: 'drop_after_effect' } });
+    fake.inject({ kind: 'reset', commit: true }, { method: 'POST' });
     const stripe = fake.client({ maxNetworkRetries: 0 });
     const wf = singleNode(chargeAction(() => stripe));
     const { run, step, ledger, runId } = await runOnce(h, wf, {});
@@ -194,7 +194,7 @@ describe('PROVIDERS.md § 5.1 must-have tests', () => {
   it('5. 409 while the first request is in flight: back off, then success under the same key', async () => {
     // Fault: Stripe holds the first request (in flight) past the client's 300 ms timeout; the
     // re-sends get 409 idempotency_key_in_use until the test lets the first one finish.
-    const hold = fake.inject({ method: 'POST', fault: { type: 'hold' } });
+    const hold = fake.inject({ kind: 'hold' }, { method: 'POST' });
     const stripe = fake.client({ maxNetworkRetries: 0, timeout: 300 });
     const wf = singleNode(chargeAction(() => stripe, { maxAttempts: 20 }));
     const done = runOnce(h, wf, {});
@@ -213,7 +213,7 @@ describe('PROVIDERS.md § 5.1 must-have tests', () => {
 
   it('6. a 402 is recorded as definitive; the operator retry sends generation #g1 and charges once', async () => {
     // Fault: a card decline (HTTP 402, executed and stored by Stripe under the key).
-    fake.inject({ method: 'POST', fault: { type: 'error', status: 402 } });
+    fake.inject({ kind: 'status', status: 402 }, { method: 'POST' });
     const stripe = fake.client({ maxNetworkRetries: 0 });
     const wf = singleNode(chargeAction(() => stripe));
     const first = await runOnce(h, wf, {});
@@ -267,7 +267,7 @@ describe('PROVIDERS.md § 5.1 must-have tests', () => {
 
   it('7. a key longer than 255 characters is hashed, and stays stable across attempts', async () => {
     // Fault: the response is lost twice, so attempt 2 re-sends the (hashed) key.
-    fake.inject({ method: 'POST', times: 2, fault: { type: 'drop_after_effect' } });
+    fake.inject({ kind: 'reset', commit: true }, { method: 'POST', times: 2 });
     const stripe = fake.client({ maxNetworkRetries: 0 });
     const scope = 's'.repeat(200);
     const node = 'charge_with_a_rather_long_node_name';

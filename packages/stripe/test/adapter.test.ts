@@ -43,12 +43,7 @@ describe('keys of several calls', () => {
   it('two mutating calls get two keys, each stable across attempts', async () => {
     // Fault: the second call's response is lost twice in attempt 1 (ambiguous); attempt 2 gets
     // the first call from the ledger (no HTTP) and re-sends the second under the same key.
-    fake.inject({
-      method: 'POST',
-      path: '/v1/payment_intents',
-      times: 2,
-      fault: { type: 'drop_after_effect' },
-    });
+    fake.inject({ kind: 'reset', commit: true }, { route: 'payment_intents.create', times: 2 });
     const stripe = fake.client({ maxNetworkRetries: 0 });
     const wf = singleNode(
       newAction(
@@ -179,8 +174,8 @@ describe("past Stripe's 24 h window (PROVIDERS.md § 1.6)", () => {
    * Runs a charge whose attempt 1 ends with an unknown outcome, then — before attempt 2 — ages
    * the ledger's call by 25 h and makes the fake forget its keys (as Stripe may after 24 h).
    */
-  async function agedRun(fault: 'drop_after_effect' | 'refuse') {
-    fake.inject({ method: 'POST', times: 2, fault: { type: fault } });
+  async function agedRun(fault: 'lost response' | 'refused') {
+    fake.inject({ kind: 'reset', commit: fault === 'lost response' }, { method: 'POST', times: 2 });
     const stripe = fake.client({ maxNetworkRetries: 0 });
     const action = newAction(
       actionName('aged'),
@@ -212,7 +207,7 @@ describe("past Stripe's 24 h window (PROVIDERS.md § 1.6)", () => {
 
   it('finds the lost object by its metadata marker with a list call, and does not re-send', async () => {
     // Fault: effect committed, response lost twice; 25 h pass; Stripe forgot the key.
-    const { result, key } = await agedRun('drop_after_effect');
+    const { result, key } = await agedRun('lost response');
     expect(result.run.state, JSON.stringify(result.step.errors)).toBe('completed');
     expect(postKeys(fake)).toEqual([key, key]);
     const list = fake.requestsTo('GET', '/v1/payment_intents');
@@ -226,7 +221,7 @@ describe("past Stripe's 24 h window (PROVIDERS.md § 1.6)", () => {
 
   it('re-sends once when the list proves the object absent', async () => {
     // Fault: the request is refused before any effect (twice); 25 h pass.
-    const { result, key } = await agedRun('refuse');
+    const { result, key } = await agedRun('refused');
     expect(result.run.state, JSON.stringify(result.step.errors)).toBe('completed');
     expect(fake.requestsTo('GET', '/v1/payment_intents')).toHaveLength(1);
     expect(postKeys(fake)).toEqual([key, key, key]);
@@ -236,7 +231,7 @@ describe("past Stripe's 24 h window (PROVIDERS.md § 1.6)", () => {
 
 describe('a 5xx that Stripe stored under the key (PROVIDERS.md § 4.2, 4)', () => {
   async function run500(commit: boolean) {
-    fake.inject({ method: 'POST', fault: { type: 'error', status: 500, commit } });
+    fake.inject({ kind: 'status', status: 500, commit }, { method: 'POST' });
     const stripe = fake.client({ maxNetworkRetries: 0 });
     const wf = singleNode(
       newAction(
@@ -301,18 +296,18 @@ describe('classifyStripeError (PROVIDERS.md § 4.2, Stripe row)', () => {
       ['429', 429],
       ['500', 500],
     ] as const) {
-      fake.inject({ fault: { type: 'error', status } });
+      fake.inject({ kind: 'status', status });
       kinds[name] = classifyStripeError(await fail(stripe.customers.create({}))).kind;
     }
     await stripe.customers.create({}, { idempotencyKey: 'c' });
     kinds.idempotency = classifyStripeError(
       await fail(stripe.customers.create({ name: 'other' }, { idempotencyKey: 'c' })),
     ).kind;
-    fake.inject({ fault: { type: 'delay_after_effect', ms: 400 } });
+    fake.inject({ kind: 'delay', ms: 400 });
     kinds.timeout = classifyStripeError(await fail(stripe.customers.create({}))).kind;
-    fake.inject({ times: 2, fault: { type: 'drop_after_effect' } });
+    fake.inject({ kind: 'reset', commit: true }, { times: 2 });
     kinds.reset = classifyStripeError(await fail(stripe.customers.create({}))).kind;
-    await fake.suspend();
+    await fake.refuseConnections();
     kinds.refused = classifyStripeError(await fail(stripe.customers.create({}))).kind;
     await fake.resume();
     kinds.other = classifyStripeError(new TypeError('not a Stripe error')).kind;

@@ -72,7 +72,7 @@ describe('SIGKILL of a real worker process inside the charge step', () => {
 
   it("while Stripe's answer is on the way (charged at Stripe, ledger still 'started'): exactly one charge", async () => {
     // Fault: the fake commits the charge and holds the answer back; the worker dies waiting.
-    fake.inject({ method: 'POST', fault: { type: 'delay_after_effect', ms: 60_000 } });
+    fake.inject({ kind: 'delay', ms: 60_000 }, { method: 'POST' });
     const child = await spawnStripeWorker({
       databaseUrl: h.db.url,
       fakePort: fake.port,

@@ -6,6 +6,7 @@
 import Stripe from 'stripe';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { decodeForm, FakeStripe, STRIPE_IDEMPOTENCY_RETENTION_MS } from '../src/testing/index.js';
+import { fromLegacyRule } from '../src/testing/legacy-faults.js';
 
 let fake: FakeStripe;
 
@@ -193,7 +194,7 @@ describe('idempotency (PROVIDERS.md § 1.2)', () => {
 
   it('answers 409 idempotency_key_in_use while the first request is in flight (StripeAPIError)', async () => {
     const stripe = fake.client({ maxNetworkRetries: 0 });
-    const hold = fake.inject({ method: 'POST', fault: { type: 'hold' } });
+    const hold = fake.inject({ kind: 'hold' }, { method: 'POST' });
     const first = stripe.paymentIntents.create(PI, { idempotencyKey: 'k3' });
     await hold.waitForHit();
     const err = await rejection(stripe.paymentIntents.create(PI, { idempotencyKey: 'k3' }));
@@ -208,7 +209,7 @@ describe('idempotency (PROVIDERS.md § 1.2)', () => {
 
   it("the SDK's own retries ride over a 409 with the same key", async () => {
     const stripe = fake.client({ maxNetworkRetries: 2 });
-    const hold = fake.inject({ method: 'POST', fault: { type: 'hold' } });
+    const hold = fake.inject({ kind: 'hold' }, { method: 'POST' });
     const first = stripe.paymentIntents.create(PI, { idempotencyKey: 'k4' });
     await hold.waitForHit();
     const second = stripe.paymentIntents.create(PI, { idempotencyKey: 'k4' });
@@ -242,7 +243,7 @@ describe('idempotency (PROVIDERS.md § 1.2)', () => {
     const v = fake.requests.filter((r) => r.idempotencyKey === 'v').map((r) => r.outcome);
     expect(v).toEqual(['invalid', 'invalid']);
 
-    fake.inject({ fault: { type: 'error', status: 429 } });
+    fake.inject({ kind: 'status', status: 429 });
     const limited = await rejection(stripe.paymentIntents.create(PI, { idempotencyKey: 'r' }));
     expect(limited).toBeInstanceOf(Stripe.errors.StripeRateLimitError);
     const ok = await stripe.paymentIntents.create(PI, { idempotencyKey: 'r' });
@@ -251,7 +252,12 @@ describe('idempotency (PROVIDERS.md § 1.2)', () => {
 
   it('stores an executed 500 and replays it; Stripe-Should-Retry steers the SDK', async () => {
     const stripe = fake.client({ maxNetworkRetries: 2 });
-    fake.inject({ fault: { type: 'error', status: 500, shouldRetry: false, commit: true } });
+    fake.inject({
+      kind: 'status',
+      status: 500,
+      headers: { 'stripe-should-retry': 'false' },
+      commit: true,
+    });
     const e1 = await rejection(stripe.paymentIntents.create(PI, { idempotencyKey: 's' }));
     expect(e1).toBeInstanceOf(Stripe.errors.StripeAPIError);
     expect(e1.statusCode).toBe(500);
@@ -282,7 +288,7 @@ describe('idempotency (PROVIDERS.md § 1.2)', () => {
 describe('faults (PROVIDERS.md § 5)', () => {
   it("effect then dropped connection: the SDK's closed-connection retry (even at 0 retries) gets the replay", async () => {
     const stripe = fake.client({ maxNetworkRetries: 0 });
-    fake.inject({ method: 'POST', fault: { type: 'drop_after_effect' } });
+    fake.inject({ kind: 'reset', commit: true }, { method: 'POST' });
     const pi = await stripe.paymentIntents.create(PI, { idempotencyKey: 'lost' });
     const reqs = fake.requestsTo('POST', '/v1/payment_intents');
     expect(reqs.map((r) => [r.idempotencyKey, r.outcome, r.status])).toEqual([
@@ -295,7 +301,7 @@ describe('faults (PROVIDERS.md § 5)', () => {
 
   it('two dropped connections exhaust that retry: StripeConnectionError, still one effect', async () => {
     const stripe = fake.client({ maxNetworkRetries: 0 });
-    fake.inject({ method: 'POST', times: 2, fault: { type: 'drop_after_effect' } });
+    fake.inject({ kind: 'reset', commit: true }, { method: 'POST', times: 2 });
     const err = await rejection(stripe.paymentIntents.create(PI, { idempotencyKey: 'x' }));
     expect(err).toBeInstanceOf(Stripe.errors.StripeConnectionError);
     expect(fake.count()).toBe(1);
@@ -303,7 +309,7 @@ describe('faults (PROVIDERS.md § 5)', () => {
 
   it('delay past the client timeout: StripeConnectionError; a re-send with the key gets the replay', async () => {
     const stripe = fake.client({ maxNetworkRetries: 0, timeout: 150 });
-    fake.inject({ method: 'POST', fault: { type: 'delay_after_effect', ms: 600 } });
+    fake.inject({ kind: 'delay', ms: 600 }, { method: 'POST' });
     const err = await rejection(stripe.paymentIntents.create(PI, { idempotencyKey: 'slow' }));
     expect(err).toBeInstanceOf(Stripe.errors.StripeConnectionError);
     expect(err.message).toMatch(/timeout/);
@@ -315,7 +321,7 @@ describe('faults (PROVIDERS.md § 5)', () => {
 
   it('refused before the effect: nothing stored, nothing done; the next try executes', async () => {
     const stripe = fake.client({ maxNetworkRetries: 0 });
-    fake.inject({ method: 'POST', times: 2, fault: { type: 'refuse' } });
+    fake.inject({ kind: 'reset', commit: false }, { method: 'POST', times: 2 });
     const err = await rejection(stripe.customers.create({}, { idempotencyKey: 'ref' }));
     expect(err).toBeInstanceOf(Stripe.errors.StripeConnectionError);
     expect(fake.count()).toBe(0);
@@ -324,10 +330,10 @@ describe('faults (PROVIDERS.md § 5)', () => {
     expect(fake.count()).toBe(1);
   });
 
-  it('suspend() refuses connections (ECONNREFUSED) until resume()', async () => {
+  it('refuseConnections() refuses connections (ECONNREFUSED) until resume()', async () => {
     const stripe = fake.client({ maxNetworkRetries: 0 });
     await stripe.customers.create({});
-    await fake.suspend();
+    await fake.refuseConnections();
     const err = await rejection(stripe.customers.create({}));
     expect(err).toBeInstanceOf(Stripe.errors.StripeConnectionError);
     expect((err.detail as { code?: string } | undefined)?.code).toBe('ECONNREFUSED');
@@ -348,11 +354,79 @@ describe('faults (PROVIDERS.md § 5)', () => {
       [503, Stripe.errors.StripeAPIError],
     ];
     for (const [status, cls] of cases) {
-      fake.inject({ fault: { type: 'error', status } });
+      fake.inject({ kind: 'status', status });
       const err = await rejection(stripe.customers.create({}));
       expect(err, `HTTP ${status}`).toBeInstanceOf(cls);
       expect(err.statusCode).toBe(status);
     }
+  });
+});
+
+describe('the earlier inject form (deprecated, translated into the shared fault kinds)', () => {
+  it('a rule hits by method, path and key; its handle counts the hits', async () => {
+    const stripe = fake.client({ maxNetworkRetries: 0 });
+    const h = fake.inject({
+      method: 'POST',
+      path: '/v1/payment_intents',
+      idempotencyKey: 'legacy',
+      fault: { type: 'drop_after_effect' },
+    });
+    // Another path with the key (under another API key: keys are scoped by it), another key.
+    await fake
+      .client({ maxNetworkRetries: 0 }, 'sk_test_b')
+      .customers.create({}, { idempotencyKey: 'legacy' });
+    await stripe.paymentIntents.create(PI, { idempotencyKey: 'other' });
+    expect(h.hits).toBe(0);
+    const pi = await stripe.paymentIntents.create(PI, { idempotencyKey: 'legacy' });
+    expect(h.hits).toBe(1);
+    const reqs = fake.requests.filter(
+      (r) => r.idempotencyKey === 'legacy' && r.path !== '/v1/customers',
+    );
+    expect(reqs.map((r) => [r.outcome, r.fault])).toEqual([
+      ['fault', 'reset'],
+      ['replayed', undefined],
+    ]);
+    expect(fake.objects('payment_intent').map((x) => x.id)).toContain(pi.id);
+  });
+
+  it('maps every earlier fault type to its kind', () => {
+    expect(fromLegacyRule({ fault: { type: 'refuse' }, times: 2 })).toEqual([
+      { kind: 'reset', commit: false },
+      { times: 2 },
+    ]);
+    expect(fromLegacyRule({ fault: { type: 'drop_after_effect' } })[0]).toEqual({
+      kind: 'reset',
+      commit: true,
+    });
+    expect(fromLegacyRule({ fault: { type: 'delay_after_effect', ms: 5 } })[0]).toEqual({
+      kind: 'delay',
+      ms: 5,
+      commit: true,
+    });
+    expect(fromLegacyRule({ fault: { type: 'hold' } })[0]).toEqual({ kind: 'hold' });
+    expect(fromLegacyRule({ fault: { type: 'error', status: 429 } })[0]).toEqual({
+      kind: 'status',
+      status: 429,
+      executed: false,
+    });
+    expect(
+      fromLegacyRule({
+        fault: {
+          type: 'error',
+          status: 500,
+          commit: true,
+          shouldRetry: false,
+          error: { code: 'x' },
+        },
+      })[0],
+    ).toMatchObject({
+      kind: 'status',
+      status: 500,
+      executed: true,
+      commit: true,
+      headers: { 'stripe-should-retry': 'false' },
+      body: { error: { type: 'api_error', code: 'x' } },
+    });
   });
 });
 

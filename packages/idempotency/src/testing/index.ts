@@ -9,6 +9,7 @@
 export {
   type Exchange,
   type Fault,
+  type FaultHandle,
   type FaultOptions,
   LoopbackFake,
   type RecordedRequest,

@@ -6,10 +6,13 @@
  * (`routeOf`, `handle`); `runWithFault` gives a route the standard fault semantics.
  */
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
-import { LoopbackHttpServer } from './loopback-http-server.js';
+import { LoopbackHttpServer, type LoopbackHttpServerOptions } from './loopback-http-server.js';
 
-/** One request as the fake received it. */
-export interface RecordedRequest {
+/**
+ * One request as the fake received it. `K` is the fake's fault kinds (a fake whose faults
+ * extend `Fault` records its own).
+ */
+export interface RecordedRequest<K extends string = Fault['kind']> {
   /** Sequence number, from 1, in arrival order. */
   seq: number;
   /** HTTP method, upper-case. */
@@ -26,12 +29,12 @@ export interface RecordedRequest {
   json: unknown;
   /** The body parsed as a form, when it is `application/x-www-form-urlencoded`; else empty. */
   form: URLSearchParams;
-  /** When the request's body was fully received. */
+  /** When the request's body was fully received (on the fake's clock). */
   at: Date;
   /** The route the fake matched (e.g. `send`, `create`), or `unknown`. */
   route: string;
-  /** The fault applied to this request, if one was. */
-  fault?: Fault['kind'];
+  /** The fault applied to this request, if one was (the last one, when a fake applies several). */
+  fault?: K;
 }
 
 /**
@@ -57,19 +60,47 @@ export type Fault =
   | { kind: 'reset'; commit: boolean }
   | { kind: 'delay'; ms: number; commit?: boolean };
 
-/** Where a fault applies: a route name of the fake, or `any`; `times` requests (default 1). */
-export interface FaultOptions<R extends string> {
+/**
+ * Which requests a fault applies to (every given condition must hold), and how many: `times`
+ * (default 1; `Infinity` for every one).
+ */
+export interface FaultOptions<
+  R extends string,
+  Q extends RecordedRequest<string> = RecordedRequest,
+> {
+  /** A route name of the fake, or `any`. Default: the fake's main route. */
   route?: R | 'any';
+  /** Only requests with this method (`GET`, `POST`…). */
+  method?: string;
+  /** Only requests to this path (without the query), exact or a RegExp. */
+  path?: string | RegExp;
   times?: number;
   /** Only requests for which this returns true (e.g. one recipient of parallel sends). */
-  match?: (request: RecordedRequest) => boolean;
+  match?: (request: Q) => boolean;
 }
 
-interface QueuedFault {
-  fault: Fault;
+/** Control of one injected fault. */
+export interface FaultHandle {
+  /** Requests the fault has been applied to so far. */
+  readonly hits: number;
+  /**
+   * Resolves once the fault has been applied to `n` requests (default 1).
+   * @throws after `timeoutMs` (default 10 s).
+   */
+  waitForHit(n?: number, timeoutMs?: number): Promise<void>;
+  /** Withdraws the fault if it is not spent yet. */
+  remove(): void;
+}
+
+interface QueuedFault<F, Q> {
+  fault: F;
   route: string;
+  method: string | undefined;
+  path: string | RegExp | undefined;
   left: number;
-  match: ((request: RecordedRequest) => boolean) | undefined;
+  match: ((request: Q) => boolean) | undefined;
+  hits: number;
+  hitWaiters: { n: number; resolve: () => void }[];
 }
 
 /** What a route handler returns: the response to write. */
@@ -81,12 +112,15 @@ export interface RouteResponse {
 }
 
 /** Context given to the provider layer for one request. */
-export interface Exchange {
-  request: RecordedRequest;
-  /** The fault to apply, already taken off the queue (undefined: respond normally). */
-  fault: Fault | undefined;
-  /** Ends the exchange with a response (skipped when the socket is gone). */
-  respond(r: RouteResponse): void;
+export interface Exchange<F = Fault, Q = RecordedRequest> {
+  request: Q;
+  /** The fault to apply on arrival, already taken off the queue (undefined: respond normally). */
+  fault: F | undefined;
+  /**
+   * Ends the exchange with a response.
+   * @returns false when it was skipped: the socket is gone or the response already sent.
+   */
+  respond(r: RouteResponse): boolean;
   /** Destroys the socket without a response. */
   destroy(): void;
   /** Waits `ms`, unless the fake closes first. */
@@ -97,25 +131,60 @@ export interface Exchange {
  * A recording, fault-injecting loopback fake of a provider whose routes are `R`. A subclass
  * decides the route of a request (`routeOf`), performs its effects and answers through the
  * `Exchange` (`handle`, usually with `runWithFault`), and starts with `this.server.listen()`.
+ *
+ * A fake with faults of its own passes their union as `F` (the standard `Fault` kinds plus its
+ * own, e.g. Stripe's `hold`) and a record with its own fields as `Q` (built by `recordOf`), and
+ * may take faults at more than one stage of a request (`faultOnArrival`, `takeFault`).
  */
-export abstract class LoopbackFake<R extends string> {
+export abstract class LoopbackFake<
+  R extends string,
+  F extends { kind: string } = Fault,
+  Q extends RecordedRequest<F['kind']> = RecordedRequest<F['kind']>,
+> {
   /** Every request received, in order. */
-  readonly requests: RecordedRequest[] = [];
+  readonly requests: Q[] = [];
   /** The server; `listen()` it to start. */
   protected readonly server: LoopbackHttpServer;
-  private readonly faults: QueuedFault[] = [];
+  private readonly faults: QueuedFault<F, Q>[] = [];
   private seq = 0;
+  private refusing = false;
 
-  /** @param mainRoute the route `inject` targets by default: the provider's main mutating call. */
-  protected constructor(private readonly mainRoute: R) {
-    this.server = new LoopbackHttpServer((req, res) => this.onRequest(req, res));
+  /**
+   * @param mainRoute the route `inject` targets by default: the provider's main mutating call,
+   *   or `any`.
+   * @param serverOptions options of the `LoopbackHttpServer` (how a bug in the fake is answered).
+   */
+  protected constructor(
+    private readonly mainRoute: R | 'any',
+    serverOptions: LoopbackHttpServerOptions = {},
+  ) {
+    this.server = new LoopbackHttpServer((req, res) => this.onRequest(req, res), serverOptions);
   }
 
   /** The route of a request, or `unknown` (not recorded against a route, never faulted). */
   protected abstract routeOf(method: string, path: string): R | 'unknown';
 
   /** Answers one request (with `runWithFault` for the standard fault semantics). */
-  protected abstract handle(route: R | 'unknown', ex: Exchange): Promise<void>;
+  protected abstract handle(route: R | 'unknown', ex: Exchange<F, Q>): Promise<void>;
+
+  /** A fake's record of a request: the common fields plus its own (default: the common ones). */
+  protected recordOf(base: RecordedRequest<F['kind']>): Q {
+    return base as Q;
+  }
+
+  /**
+   * The fault a request gets on arrival (`Exchange.fault`). Default: the first queued fault that
+   * applies, none for an `unknown` route. A fake that applies faults at later stages of a
+   * request too takes only its arrival faults here, and the others with `takeFault`.
+   */
+  protected faultOnArrival(route: R | 'unknown', request: Q): F | undefined {
+    return route === 'unknown' ? undefined : this.takeFault(route, request);
+  }
+
+  /** The time a request is recorded at (`RecordedRequest.at`). Default: now. */
+  protected clock(): Date {
+    return new Date();
+  }
 
   /** `http://127.0.0.1:PORT` (no trailing slash). */
   get origin(): string {
@@ -129,19 +198,55 @@ export abstract class LoopbackFake<R extends string> {
 
   /**
    * Queues a fault for the next `times` (default 1) requests of `route` (default: the main
-   * route) for which `match` holds. Faults apply in the order queued.
-   * @throws RangeError when `times` is not an integer ≥ 1.
+   * route) that meet the other conditions of `options`. Faults apply in the order queued.
+   * @returns the fault's handle: how often it applied, a wait for that, its withdrawal.
+   * @throws RangeError when `times` is neither an integer ≥ 1 nor `Infinity`.
    */
-  inject(fault: Fault, options: FaultOptions<R> = {}): void {
+  inject(fault: F, options: FaultOptions<R, Q> = {}): FaultHandle {
     const times = options.times ?? 1;
-    if (!Number.isInteger(times) || times < 1)
-      throw new RangeError(`times must be an integer ≥ 1, got ${times}`);
-    this.faults.push({
+    if (times !== Number.POSITIVE_INFINITY && (!Number.isInteger(times) || times < 1))
+      throw new RangeError(`times must be an integer ≥ 1 or Infinity, got ${times}`);
+    const q: QueuedFault<F, Q> = {
       fault,
       route: options.route ?? this.mainRoute,
+      method: options.method?.toUpperCase(),
+      path: options.path,
       left: times,
       match: options.match,
-    });
+      hits: 0,
+      hitWaiters: [],
+    };
+    this.faults.push(q);
+    return {
+      get hits() {
+        return q.hits;
+      },
+      waitForHit: (n = 1, timeoutMs = 10_000) =>
+        q.hits >= n
+          ? Promise.resolve()
+          : new Promise<void>((resolve, reject) => {
+              const t = setTimeout(
+                () =>
+                  reject(
+                    new Error(
+                      `fault ${fault.kind} hit ${q.hits}/${n} times within ${timeoutMs} ms`,
+                    ),
+                  ),
+                timeoutMs,
+              );
+              q.hitWaiters.push({
+                n,
+                resolve: () => {
+                  clearTimeout(t);
+                  resolve();
+                },
+              });
+            }),
+      remove: () => {
+        const i = this.faults.indexOf(q);
+        if (i >= 0) this.faults.splice(i, 1);
+      },
+    };
   }
 
   /** Faults queued and not yet used. */
@@ -154,14 +259,21 @@ export abstract class LoopbackFake<R extends string> {
     this.faults.length = 0;
   }
 
-  /** Closes the listener (same port kept): clients get `ECONNREFUSED` until `resume()`. */
-  refuseConnections(): Promise<void> {
-    return this.server.stopListening();
+  /**
+   * Closes the listener (same port kept): clients get `ECONNREFUSED` until `resume()`. A no-op
+   * while connections are refused already.
+   */
+  async refuseConnections(): Promise<void> {
+    if (this.refusing) return;
+    this.refusing = true;
+    await this.server.stopListening();
   }
 
-  /** Listens again on the same port after `refuseConnections()`. */
-  resume(): Promise<void> {
-    return this.server.listen(this.server.port);
+  /** Listens again on the same port after `refuseConnections()` (a no-op otherwise). */
+  async resume(): Promise<void> {
+    if (!this.refusing) return;
+    this.refusing = false;
+    await this.server.listen(this.server.port);
   }
 
   /** Resolves once no request is being handled (delayed answers included). */
@@ -174,14 +286,36 @@ export abstract class LoopbackFake<R extends string> {
     return this.server.close();
   }
 
-  private takeFault(route: string, request: RecordedRequest): Fault | undefined {
+  /**
+   * Takes the first queued fault that applies to `request` (and that `accept` accepts, when
+   * given) off the queue, counts the hit and notes its kind on the request.
+   */
+  protected takeFault(
+    route: R | 'unknown',
+    request: Q,
+    accept?: (fault: F) => boolean,
+  ): F | undefined {
     const i = this.faults.findIndex(
-      (f) => (f.route === 'any' || f.route === route) && (!f.match || f.match(request)),
+      (f) =>
+        (f.route === 'any' || f.route === route) &&
+        (f.method === undefined || f.method === request.method) &&
+        (f.path === undefined ||
+          (typeof f.path === 'string' ? f.path === request.path : f.path.test(request.path))) &&
+        (!accept || accept(f.fault)) &&
+        (!f.match || f.match(request)),
     );
     if (i < 0) return undefined;
-    const f = this.faults[i] as QueuedFault;
+    const f = this.faults[i] as QueuedFault<F, Q>;
     f.left--;
     if (f.left === 0) this.faults.splice(i, 1);
+    f.hits++;
+    for (const w of [...f.hitWaiters]) {
+      if (f.hits >= w.n) {
+        f.hitWaiters.splice(f.hitWaiters.indexOf(w), 1);
+        w.resolve();
+      }
+    }
+    request.fault = f.fault.kind;
     return f.fault;
   }
 
@@ -200,7 +334,7 @@ export abstract class LoopbackFake<R extends string> {
         json = undefined;
       }
     }
-    const request: RecordedRequest = {
+    const request = this.recordOf({
       seq: ++this.seq,
       method,
       path: url.pathname,
@@ -211,17 +345,16 @@ export abstract class LoopbackFake<R extends string> {
       form: /application\/x-www-form-urlencoded/i.test(req.headers['content-type'] ?? '')
         ? new URLSearchParams(rawBody)
         : new URLSearchParams(),
-      at: new Date(),
+      at: this.clock(),
       route,
-    };
-    const fault = route === 'unknown' ? undefined : this.takeFault(route, request);
-    if (fault) request.fault = fault.kind;
+    });
+    const fault = this.faultOnArrival(route, request);
     this.requests.push(request);
-    const ex: Exchange = {
+    const ex: Exchange<F, Q> = {
       request,
       fault,
       respond: (r) => {
-        if (res.destroyed || res.writableEnded) return;
+        if (res.destroyed || res.writableEnded || req.socket.destroyed) return false;
         const body =
           r.body === undefined ? '' : typeof r.body === 'string' ? r.body : JSON.stringify(r.body);
         const headers: Record<string, string> = { ...(r.headers ?? {}) };
@@ -232,6 +365,7 @@ export abstract class LoopbackFake<R extends string> {
           headers['content-type'] = 'application/json';
         res.writeHead(r.status, headers);
         res.end(body);
+        return true;
       },
       destroy: () => {
         req.socket.destroy();
@@ -253,28 +387,35 @@ export async function runWithFault(
   errorBody: (status: number) => unknown,
 ): Promise<void> {
   const f = ex.fault;
-  if (!f) return ex.respond(perform());
+  if (!f) {
+    ex.respond(perform());
+    return;
+  }
   switch (f.kind) {
     case 'status': {
       if (f.commit) perform();
-      return ex.respond({
+      ex.respond({
         status: f.status,
         ...(f.headers ? { headers: f.headers } : {}),
         body: f.body ?? errorBody(f.status),
       });
+      return;
     }
     case 'reset': {
       if (f.commit) perform();
-      return ex.destroy();
+      ex.destroy();
+      return;
     }
     case 'delay': {
       if (f.commit === false) {
         await ex.sleep(f.ms);
-        return ex.respond(perform());
+        ex.respond(perform());
+        return;
       }
       const r = perform();
       await ex.sleep(f.ms);
-      return ex.respond(r);
+      ex.respond(r);
+      return;
     }
   }
 }

@@ -1,10 +1,9 @@
 /**
  * `FakeStripe`: a local stand-in for the Stripe v1 API subset Cyclone's adapter and apps use,
- * on `127.0.0.1` port 0 (PROVIDERS.md § 5, § 5.1). It keeps Stripe's idempotency semantics
- * (§ 1.2), answers with error bodies the real `stripe` SDK turns into its error classes (§ 1.4),
- * records every request, counts real effects, and injects faults: a dropped connection after the
- * effect, a response delayed past the client's timeout, error statuses, a request refused
- * before the effect, a request held in flight.
+ * on `127.0.0.1` port 0. It keeps Stripe's idempotency semantics, answers with error bodies the
+ * real `stripe` SDK turns into its error classes, records every request, counts real effects,
+ * and injects the faults of `@cyclone/idempotency/testing` (`LoopbackFake`, whose recording,
+ * fault queue and refused connections it uses), plus Stripe's own `hold`.
  *
  * Idempotency, as emulated (keyed by the `Idempotency-Key` header, scoped by API key):
  * - first sight of a key on a POST: the key is claimed *in flight*, the request executes, and
@@ -20,12 +19,27 @@
  *   pruned: a reuse then runs as a brand-new request.
  */
 import { randomBytes } from 'node:crypto';
-import type { IncomingMessage, ServerResponse } from 'node:http';
-import { LoopbackHttpServer } from '@cyclone/idempotency/testing';
+import type { IncomingHttpHeaders } from 'node:http';
+import {
+  type Exchange,
+  LoopbackFake,
+  type RecordedRequest as LoopbackRecordedRequest,
+} from '@cyclone/idempotency/testing';
 import Stripe from 'stripe';
-import { canonical, decodeForm, type FormParams } from './form.js';
+import {
+  type FaultHandle,
+  type RecordedRequest,
+  type RequestOutcome,
+  type StripeFault,
+  type StripeFaultOptions,
+  type StripeStatusFault,
+  stageOf,
+} from './faults.js';
+import { canonical, decodeForm } from './form.js';
+import { fromLegacyRule, isLegacyRule, type LegacyFaultRule } from './legacy-faults.js';
 import {
   ApiFailure,
+  defaultStripeError,
   type Effect,
   type EffectType,
   newStore,
@@ -34,131 +48,19 @@ import {
   type StripeObject,
 } from './resources/objects.js';
 import type { RouteResult } from './resources/resource.js';
-import { route } from './resources/routes.js';
+import { route, routeNameOf, type StripeRoute } from './resources/routes.js';
 
-/** Stripe's documented floor for keeping idempotency keys: 24 hours, in ms (PROVIDERS.md § 1.2). */
+/** Stripe's documented floor for keeping idempotency keys: 24 hours, in ms. */
 export const STRIPE_IDEMPOTENCY_RETENTION_MS = 24 * 60 * 60 * 1000;
 
 /** The API version the fake reports when the request names none (stripe-node 23.1.0's pin). */
 export const FAKE_API_VERSION = '2026-10-28.endive';
 
-/**
- * A fault to inject. Each applies at the stage where it happens in real life:
- * - `refuse`: on arrival, before the idempotency layer: the socket is destroyed, nothing runs,
- *   nothing is stored (the client sees `ECONNRESET`). For a refused *connection*
- *   (`ECONNREFUSED`) use `FakeStripe.suspend()`.
- * - `error` with `executed: false` (the default for 401, 429 and other 4xx): answered on arrival,
- *   before the idempotency layer, not stored.
- * - `error` with `executed: true` (the default for 402 and 5xx): answered after the key is
- *   claimed; with `commit: true` the effect happens first (a 500 after the charge). The response
- *   is stored under the key and replayed.
- * - `drop_after_effect`: applies to the answer: whatever the request did (executed and stored,
- *   replayed, 409, …) is done, then the socket is destroyed instead of answering: the "lost
- *   response".
- * - `delay_after_effect`: applies to the answer likewise: the work is done (and stored), then the
- *   answer waits `ms` (past the client's timeout, the client gives up).
- * - `hold`: the key is claimed in flight and the request waits for `FaultHandle.release()`, then
- *   executes normally. Meanwhile the same key gets `409`.
- */
-export type Fault =
-  | { type: 'refuse' }
-  | {
-      type: 'error';
-      /** HTTP status. */
-      status: number;
-      /** The `error` object; defaults per status (`api_error` for 5xx, `rate_limit` for 429, …). */
-      error?: Partial<StripeErrorBody>;
-      /** Whether the request reached execution (stored and replayed). Default: 402 and ≥ 500. */
-      executed?: boolean;
-      /** With `executed`: perform the real effect before failing. Default false. */
-      commit?: boolean;
-      /** Sends `Stripe-Should-Retry: true|false`, which steers the SDK's own retries. */
-      shouldRetry?: boolean;
-    }
-  | { type: 'drop_after_effect' }
-  | { type: 'delay_after_effect' /** Delay of the answer, ms. */; ms: number }
-  | { type: 'hold' };
-
-/** Which requests a fault applies to; every given field must match. */
-export interface FaultMatch {
-  /** `GET` or `POST`. Default: any. */
-  method?: string;
-  /** The path without query (`/v1/payment_intents`), exact or a RegExp. Default: any. */
-  path?: string | RegExp;
-  /** The `Idempotency-Key`, exact or a RegExp. Default: any. */
-  idempotencyKey?: string | RegExp;
-}
-
-/** A fault rule: a fault, its match, and how many requests it hits. */
-export interface FaultRule extends FaultMatch {
-  fault: Fault;
-  /** Requests it applies to before it is spent. Default 1; `Infinity` for every one. */
-  times?: number;
-}
-
-/** Control of an injected fault. */
-export interface FaultHandle {
-  /** Requests the fault has hit so far. */
-  readonly hits: number;
-  /** Resolves once the fault has hit `n` requests (default 1). @throws after `timeoutMs`. */
-  waitForHit(n?: number, timeoutMs?: number): Promise<void>;
-  /** For `hold`: lets held requests (and later ones) go on. */
-  release(): void;
-  /** Withdraws the rule (held requests are released). */
-  remove(): void;
-}
-
-/**
- * What happened to a recorded request: `pending` (not answered yet, e.g. held), `executed` (ran;
- * a success or an executed, stored failure such as a decline), `replayed` (the stored response
- * of its key), `conflict` (409, key in flight), `idempotency_mismatch` (400, key used with other
- * parameters), `invalid` (a validation error, not stored), `unauthorized` (401), `fault` (an
- * injected error, drop or delay decided the answer), `refused` (socket destroyed on arrival).
- */
-export type RequestOutcome =
-  | 'pending'
-  | 'executed'
-  | 'replayed'
-  | 'conflict'
-  | 'idempotency_mismatch'
-  | 'invalid'
-  | 'unauthorized'
-  | 'fault'
-  | 'refused';
-
-/** One request as the fake saw it. */
-export interface RecordedRequest {
-  /** 1, 2, 3, … in arrival order. */
-  seq: number;
-  method: string;
-  /** Path without the query string. */
-  path: string;
-  /** The raw query string without `?` (empty when none). */
-  query: string;
-  /** Request headers, lower-cased names. */
-  headers: Record<string, string>;
-  /** The raw body as received. */
-  rawBody: string;
-  /** Decoded parameters (body for POST, query for GET). */
-  params: FormParams;
-  /** The `Idempotency-Key` header, if any. */
-  idempotencyKey: string | undefined;
-  /** The bearer API key, if any. */
-  apiKey: string | undefined;
-  /** The status answered; undefined when the socket was dropped or the request is still open. */
-  status: number | undefined;
-  outcome: RequestOutcome;
-  /** The fake's `request-id` of this request. */
-  requestId: string;
-  /** Arrival time on the fake's clock (ms). */
-  at: number;
-}
-
 /** Options of `FakeStripe.start`. */
 export interface FakeStripeOptions {
   /** Port to listen on. Default 0 (any free port). */
   port?: number;
-  /** How long keys are kept, ms on the fake's clock. Default 24 h (PROVIDERS.md § 1.2). */
+  /** How long keys are kept, ms on the fake's clock. Default 24 h. */
   idempotencyRetentionMs?: number;
 }
 
@@ -174,57 +76,21 @@ interface StoredResponse {
   createdAt: number;
 }
 
-interface Rule extends FaultRule {
-  hits: number;
+/** Where a held request waits until its fault is released. */
+interface Gate {
   released: boolean;
   waiters: (() => void)[];
-  hitWaiters: { n: number; resolve: () => void }[];
 }
 
-type Stage = 'arrival' | 'execution' | 'response';
-
-/** Where a fault applies (see `Fault`). */
-function stageOf(f: Fault): Stage {
-  if (f.type === 'refuse' || (f.type === 'error' && !isExecuted(f))) return 'arrival';
-  if (f.type === 'drop_after_effect' || f.type === 'delay_after_effect') return 'response';
-  return 'execution';
+/** The body text of an injected `status`: its own `body`, else Stripe's error for the status. */
+function faultBody(f: StripeStatusFault): string {
+  if (f.body === undefined) return errorJson(defaultStripeError(f.status));
+  return typeof f.body === 'string' ? f.body : JSON.stringify(f.body, null, 2);
 }
 
-function isExecuted(f: Extract<Fault, { type: 'error' }>): boolean {
-  return f.executed ?? (f.status === 402 || f.status >= 500);
-}
-
-function defaultError(status: number): StripeErrorBody {
-  if (status === 401) {
-    return { type: 'invalid_request_error', message: 'Invalid API Key provided: sk_test_***' };
-  }
-  if (status === 402) {
-    return {
-      type: 'card_error',
-      code: 'card_declined',
-      decline_code: 'generic_decline',
-      message: 'Your card was declined.',
-    };
-  }
-  if (status === 409) {
-    return {
-      type: 'invalid_request_error',
-      code: 'idempotency_key_in_use',
-      message:
-        'There is currently another in-progress request using this Idempotent Key (that probably means you submitted twice, and the other request is still going through). Please try again later.',
-    };
-  }
-  if (status === 429) {
-    return {
-      type: 'invalid_request_error',
-      code: 'rate_limit',
-      message: 'Too many requests hit the API too quickly.',
-    };
-  }
-  if (status >= 500) {
-    return { type: 'api_error', message: 'An unknown error occurred (injected by FakeStripe).' };
-  }
-  return { type: 'invalid_request_error', message: `Injected error (HTTP ${status}).` };
+function header(headers: IncomingHttpHeaders, name: string): string | undefined {
+  const v = headers[name];
+  return Array.isArray(v) ? v.join(', ') : v;
 }
 
 /**
@@ -232,25 +98,20 @@ function defaultError(status: number): StripeErrorBody {
  * retrieve, list). Start it with `FakeStripe.start()`, point the real SDK at it with
  * `fake.client()` or `new Stripe(key, fake.config())`, and stop it with `close()`.
  */
-export class FakeStripe {
-  /** Every request in arrival order. */
-  readonly requests: RecordedRequest[] = [];
+export class FakeStripe extends LoopbackFake<StripeRoute, StripeFault, RecordedRequest> {
   /** Every real effect in order (objects created, charges made). */
   readonly effects: Effect[] = [];
   /** Always `127.0.0.1`. */
   readonly host = '127.0.0.1';
-  private readonly server: LoopbackHttpServer;
   private readonly keys = new Map<string, StoredResponse>();
-  private readonly rules: Rule[] = [];
+  private readonly gates = new Map<StripeFault, Gate>();
   private readonly store: ResourceStore = newStore();
   private readonly retentionMs: number;
   private readonly listeners = new Set<() => void>();
   private clockOffsetMs = 0;
-  private suspended = false;
 
   private constructor(options: FakeStripeOptions) {
-    this.retentionMs = options.idempotencyRetentionMs ?? STRIPE_IDEMPOTENCY_RETENTION_MS;
-    this.server = new LoopbackHttpServer((req, res) => this.handle(req, res), {
+    super('any', {
       // A bug in the fake itself: answer 500 so the test sees it rather than hanging.
       onError: (err, res) => {
         res.writeHead(500, { 'content-type': 'application/json' });
@@ -261,6 +122,7 @@ export class FakeStripe {
         );
       },
     });
+    this.retentionMs = options.idempotencyRetentionMs ?? STRIPE_IDEMPOTENCY_RETENTION_MS;
   }
 
   /**
@@ -273,20 +135,14 @@ export class FakeStripe {
     return fake;
   }
 
-  /** The port the fake listens on. */
-  get port(): number {
-    return this.server.port;
-  }
-
   /** `http://127.0.0.1:<port>`. */
   get url(): string {
-    return this.server.origin;
+    return this.origin;
   }
 
   /**
-   * The `stripe` constructor config that points the SDK at this fake (PROVIDERS.md § 1.5):
-   * `host`, `port`, `protocol: 'http'`, `telemetry: false`, plus `extra` (e.g.
-   * `maxNetworkRetries`, `timeout`).
+   * The `stripe` constructor config that points the SDK at this fake: `host`, `port`,
+   * `protocol: 'http'`, `telemetry: false`, plus `extra` (e.g. `maxNetworkRetries`, `timeout`).
    */
   config(extra: Stripe.StripeConfig = {}): Stripe.StripeConfig {
     return { host: this.host, port: this.port, protocol: 'http', telemetry: false, ...extra };
@@ -319,79 +175,69 @@ export class FakeStripe {
   }
 
   /**
-   * Injects a fault for the next matching request(s); see `Fault` for where each applies.
-   * Rules are tried in the order they were added; the first unspent match wins.
+   * Injects a fault for the next matching request(s) (default: any request; see `StripeFault`
+   * for the stage where each applies). Faults are tried in the order they were added, per stage;
+   * the first unspent match wins.
    */
-  inject(rule: FaultRule): FaultHandle {
-    const r: Rule = { ...rule, hits: 0, released: false, waiters: [], hitWaiters: [] };
-    this.rules.push(r);
+  override inject(fault: StripeFault, options?: StripeFaultOptions): FaultHandle;
+  /**
+   * The earlier form, `{ fault: { type }, method, path, idempotencyKey, times }`, translated into
+   * `StripeFault`s.
+   * @deprecated use `inject(fault, options)` with `@cyclone/idempotency/testing`'s fault kinds.
+   */
+  override inject(rule: LegacyFaultRule): FaultHandle;
+  override inject(
+    faultOrRule: StripeFault | LegacyFaultRule,
+    options: StripeFaultOptions = {},
+  ): FaultHandle {
+    if (isLegacyRule(faultOrRule)) return this.inject(...fromLegacyRule(faultOrRule));
+    // A copy, so that each injection has a gate of its own even for a shared fault object.
+    const fault = { ...faultOrRule };
+    const gate: Gate = { released: false, waiters: [] };
+    this.gates.set(fault, gate);
+    const { idempotencyKey: key, match, ...rest } = options;
+    const handle = super.inject(fault, {
+      ...rest,
+      ...(key === undefined && match === undefined
+        ? {}
+        : {
+            match: (r: RecordedRequest) =>
+              (key === undefined ||
+                (r.idempotencyKey !== undefined && matches(key, r.idempotencyKey))) &&
+              (match === undefined || match(r)),
+          }),
+    });
     const release = () => {
-      r.released = true;
-      for (const w of r.waiters.splice(0)) w();
+      gate.released = true;
+      for (const w of gate.waiters.splice(0)) w();
     };
     return {
       get hits() {
-        return r.hits;
+        return handle.hits;
       },
-      waitForHit: (n = 1, timeoutMs = 10_000) =>
-        r.hits >= n
-          ? Promise.resolve()
-          : new Promise<void>((resolve, reject) => {
-              const t = setTimeout(
-                () =>
-                  reject(
-                    new Error(
-                      `FakeStripe: fault ${r.fault.type} hit ${r.hits}/${n} times within ${timeoutMs} ms`,
-                    ),
-                  ),
-                timeoutMs,
-              );
-              r.hitWaiters.push({
-                n,
-                resolve: () => {
-                  clearTimeout(t);
-                  resolve();
-                },
-              });
-            }),
+      waitForHit: (n, timeoutMs) => handle.waitForHit(n, timeoutMs),
       release,
       remove: () => {
-        const i = this.rules.indexOf(r);
-        if (i >= 0) this.rules.splice(i, 1);
+        handle.remove();
         release();
       },
     };
   }
 
-  /** Removes every fault rule (releasing held requests). */
-  clearFaults(): void {
-    for (const r of this.rules.splice(0)) {
-      r.released = true;
-      for (const w of r.waiters.splice(0)) w();
+  /** Removes every injected fault (releasing held requests). */
+  override clearFaults(): void {
+    super.clearFaults();
+    for (const gate of this.gates.values()) {
+      gate.released = true;
+      for (const w of gate.waiters.splice(0)) w();
     }
-  }
-
-  /**
-   * Stops accepting connections and drops open ones: clients get `ECONNREFUSED` until
-   * `resume()` (the "refused before anything was sent" case).
-   */
-  async suspend(): Promise<void> {
-    if (this.suspended) return;
-    this.suspended = true;
-    await this.server.stopListening(0);
-  }
-
-  /** Listens again on the same port after `suspend()`. */
-  async resume(): Promise<void> {
-    if (!this.suspended) return;
-    this.suspended = false;
-    await this.server.listen(this.server.port);
+    this.gates.clear();
   }
 
   /** Stops the server, drops every connection and releases held requests. Idempotent. */
-  async close(): Promise<void> {
+  override async close(): Promise<void> {
     this.clearFaults();
-    await this.server.close();
+    await super.close();
   }
 
   /** Number of real effects, of one type or all. `count('charge')` counts money taken. */
@@ -435,81 +281,62 @@ export class FakeStripe {
     });
   }
 
+  /** The routes of the subset (`payment_intents.create`, …); anything else is `unknown`. */
+  protected routeOf(method: string, path: string): StripeRoute | 'unknown' {
+    return routeNameOf(method, path);
+  }
+
+  /** Stripe's fields of a record: parameters, key, API key, and an outcome still `pending`. */
+  protected override recordOf(base: LoopbackRecordedRequest<StripeFault['kind']>): RecordedRequest {
+    const auth = header(base.headers, 'authorization') ?? '';
+    return {
+      ...base,
+      params: decodeForm(base.method === 'POST' ? base.rawBody : base.query.toString()),
+      idempotencyKey: header(base.headers, 'idempotency-key'),
+      apiKey: auth.startsWith('Bearer ') ? auth.slice(7) : undefined,
+      status: undefined,
+      outcome: 'pending',
+      requestId: `req_${randomBytes(7).toString('hex')}`,
+    };
+  }
+
+  /** Only the faults of the arrival stage, on any request (unknown routes included). */
+  protected override faultOnArrival(
+    route: StripeRoute | 'unknown',
+    request: RecordedRequest,
+  ): StripeFault | undefined {
+    return this.takeFault(route, request, (f) => stageOf(f) === 'arrival');
+  }
+
+  /** Requests are recorded on the fake's clock (`advanceTime` moves it). */
+  protected override clock(): Date {
+    return new Date(this.now());
+  }
+
   private notify(): void {
     for (const l of [...this.listeners]) l();
   }
 
-  private takeRule(rec: RecordedRequest, stage: Stage): Rule | undefined {
-    for (const r of this.rules) {
-      const spent = r.hits >= (r.times ?? 1);
-      if (spent) continue;
-      if (stageOf(r.fault) !== stage) continue;
-      if (r.method && r.method.toUpperCase() !== rec.method) continue;
-      if (r.path !== undefined && !matches(r.path, rec.path)) continue;
-      if (r.idempotencyKey !== undefined) {
-        if (rec.idempotencyKey === undefined || !matches(r.idempotencyKey, rec.idempotencyKey)) {
-          continue;
-        }
-      }
-      r.hits++;
-      for (const w of [...r.hitWaiters]) {
-        if (r.hits >= w.n) {
-          r.hitWaiters.splice(r.hitWaiters.indexOf(w), 1);
-          w.resolve();
-        }
-      }
-      return r;
-    }
-    return undefined;
-  }
-
-  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const chunks: Buffer[] = [];
-    for await (const c of req) chunks.push(c as Buffer);
-    const rawBody = Buffer.concat(chunks).toString('utf8');
-    const url = new URL(req.url ?? '/', 'http://fake');
-    const method = (req.method ?? 'GET').toUpperCase();
-    const headers: Record<string, string> = {};
-    for (const [k, v] of Object.entries(req.headers)) {
-      if (v !== undefined) headers[k] = Array.isArray(v) ? v.join(', ') : v;
-    }
-    const auth = headers.authorization ?? '';
-    const apiKey = auth.startsWith('Bearer ') ? auth.slice(7) : undefined;
-    const query = url.search.startsWith('?') ? url.search.slice(1) : '';
-    const rec: RecordedRequest = {
-      seq: this.requests.length + 1,
-      method,
-      path: url.pathname,
-      query,
-      headers,
-      rawBody,
-      params: decodeForm(method === 'POST' ? rawBody : query),
-      idempotencyKey: headers['idempotency-key'],
-      apiKey,
-      status: undefined,
-      outcome: 'pending',
-      requestId: `req_${randomBytes(7).toString('hex')}`,
-      at: this.now(),
-    };
-    this.requests.push(rec);
+  /** One request through Stripe's layers: arrival, authentication, idempotency, execution. */
+  protected async handle(
+    routeName: StripeRoute | 'unknown',
+    ex: Exchange<StripeFault, RecordedRequest>,
+  ): Promise<void> {
+    const rec = ex.request;
     this.notify();
 
     const baseHeaders: Record<string, string> = {
       'content-type': 'application/json',
       'request-id': rec.requestId,
-      'stripe-version': headers['stripe-version'] ?? FAKE_API_VERSION,
+      'stripe-version': header(rec.headers, 'stripe-version') ?? FAKE_API_VERSION,
     };
     if (rec.idempotencyKey !== undefined) baseHeaders['idempotency-key'] = rec.idempotencyKey;
 
     const write = (status: number, body: string, extra: Record<string, string>) => {
-      if (!res.destroyed && !res.socket?.destroyed) {
-        rec.status = status;
-        res.writeHead(status, { ...baseHeaders, ...extra });
-        res.end(body);
-      }
+      if (ex.respond({ status, headers: { ...baseHeaders, ...extra }, body })) rec.status = status;
       this.notify();
     };
-    /** Answers, unless a response fault (drop, delay) applies to this answer. */
+    /** Answers, unless a response fault (reset, delay) applies to this answer. */
     const send = async (
       status: number,
       body: string,
@@ -517,67 +344,58 @@ export class FakeStripe {
       extra: Record<string, string> = {},
     ): Promise<void> => {
       rec.outcome = outcome;
-      const f = this.takeRule(rec, 'response')?.fault;
-      if (f?.type === 'drop_after_effect') {
+      const f = this.takeFault(routeName, rec, (x) => stageOf(x) === 'response');
+      if (f?.kind === 'reset') {
         rec.outcome = 'fault';
-        req.socket.destroy();
+        ex.destroy();
         this.notify();
         return;
       }
-      if (f?.type === 'delay_after_effect') {
+      if (f?.kind === 'delay') {
         rec.outcome = 'fault';
-        await this.server.sleep(f.ms);
+        await ex.sleep(f.ms);
       }
       write(status, body, extra);
     };
-    const sendError = (
-      status: number,
-      error: StripeErrorBody,
-      outcome: RequestOutcome,
-      extra: Record<string, string> = {},
-    ) => send(status, errorJson(error), outcome, extra);
+    const sendError = (status: number, error: StripeErrorBody, outcome: RequestOutcome) =>
+      send(status, errorJson(error), outcome);
     const answerNow = (
       status: number,
-      error: StripeErrorBody,
+      body: string,
       outcome: RequestOutcome,
       extra: Record<string, string> = {},
     ) => {
       rec.outcome = outcome;
-      write(status, errorJson(error), extra);
+      write(status, body, extra);
     };
 
     // Stage 1: arrival (in front of the idempotency layer, nothing stored).
-    const arrival = this.takeRule(rec, 'arrival');
-    if (arrival?.fault.type === 'refuse') {
+    const arrival = ex.fault;
+    if (arrival?.kind === 'reset') {
       rec.outcome = 'refused';
-      req.socket.destroy();
+      ex.destroy();
       this.notify();
       return;
     }
-    if (arrival?.fault.type === 'error') {
-      const f = arrival.fault;
-      return answerNow(
-        f.status,
-        { ...defaultError(f.status), ...f.error } as StripeErrorBody,
-        'fault',
-        retryHeader(f.shouldRetry),
-      );
+    if (arrival?.kind === 'status') {
+      return answerNow(arrival.status, faultBody(arrival), 'fault', arrival.headers);
     }
-    if (!apiKey || !/^[sr]k_/.test(apiKey)) {
+    if (arrival?.kind === 'delay') await ex.sleep(arrival.ms);
+    if (!rec.apiKey || !/^[sr]k_/.test(rec.apiKey)) {
       return answerNow(
         401,
-        {
+        errorJson({
           type: 'invalid_request_error',
           message:
             'You did not provide an API key. You need to provide your API key in the Authorization header, using Bearer auth.',
-        },
+        }),
         'unauthorized',
       );
     }
 
-    // Stage 2: the idempotency layer (POST only; a key has no effect on GET, § 1.2).
-    const keyed = method === 'POST' && rec.idempotencyKey !== undefined;
-    const storeKey = `${apiKey}\u0000${rec.idempotencyKey ?? ''}`;
+    // Stage 2: the idempotency layer (POST only; a key has no effect on GET).
+    const keyed = rec.method === 'POST' && rec.idempotencyKey !== undefined;
+    const storeKey = `${rec.apiKey}\u0000${rec.idempotencyKey ?? ''}`;
     const canonicalParams = canonical(rec.params);
     let entry: StoredResponse | undefined;
     if (keyed) {
@@ -591,11 +409,11 @@ export class FakeStripe {
       }
       const found = this.keys.get(storeKey);
       if (found?.state === 'in_flight') {
-        return sendError(409, defaultError(409), 'conflict');
+        return sendError(409, defaultStripeError(409), 'conflict');
       }
       if (found) {
         if (
-          found.method !== method ||
+          found.method !== rec.method ||
           found.path !== rec.path ||
           found.params !== canonicalParams
         ) {
@@ -615,7 +433,7 @@ export class FakeStripe {
         });
       }
       entry = {
-        method,
+        method: rec.method,
         path: rec.path,
         params: canonicalParams,
         state: 'in_flight',
@@ -629,9 +447,10 @@ export class FakeStripe {
     }
 
     // Stage 3: execution.
-    const fault = this.takeRule(rec, 'execution');
-    if (fault?.fault.type === 'hold' && !fault.released) {
-      await new Promise<void>((r) => fault.waiters.push(r));
+    const f = this.takeFault(routeName, rec, (x) => stageOf(x) === 'execution');
+    const gate = f?.kind === 'hold' ? this.gates.get(f) : undefined;
+    if (gate && !gate.released) {
+      await new Promise<void>((r) => gate.waiters.push(r));
     }
     let status: number;
     let body: string;
@@ -643,8 +462,7 @@ export class FakeStripe {
         this.effects.push({ ...e, idempotencyKey: rec.idempotencyKey, requestSeq: rec.seq });
       }
     };
-    const f = fault?.fault;
-    if (f?.type === 'error') {
+    if (f?.kind === 'status') {
       if (f.commit) {
         try {
           commitEffects(this.run(rec).effects);
@@ -653,9 +471,9 @@ export class FakeStripe {
         }
       }
       status = f.status;
-      body = errorJson({ ...defaultError(f.status), ...f.error } as StripeErrorBody);
+      body = faultBody(f);
       outcome = 'fault';
-      Object.assign(extra, retryHeader(f.shouldRetry));
+      Object.assign(extra, f.headers);
     } else {
       try {
         const result = this.run(rec);
@@ -695,11 +513,7 @@ function matches(pattern: string | RegExp, value: string): boolean {
   return typeof pattern === 'string' ? pattern === value : pattern.test(value);
 }
 
-function retryHeader(shouldRetry: boolean | undefined): Record<string, string> {
-  return shouldRetry === undefined ? {} : { 'stripe-should-retry': String(shouldRetry) };
-}
-
-/** `{ "error": {...} }`: without the `error` object the SDK would take a failure for a success (§ 1.4). */
+/** `{ "error": {...} }`: without the `error` object the SDK would take a failure for a success. */
 function errorJson(error: StripeErrorBody): string {
   const clean = Object.fromEntries(Object.entries(error).filter(([, v]) => v !== undefined));
   return JSON.stringify({ error: clean }, null, 2);
