@@ -6,14 +6,10 @@
 import { readFileSync, realpathSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { Command, CommanderError, InvalidArgumentError, Option } from 'commander';
-import {
-  Client,
-  DEFAULT_DELETE_STATES,
-  FINISHED_RUN_STATES,
-  type FinishedRunState,
-} from './client.js';
+import { Client } from './client.js';
 import { resolveDatabaseUrl } from './embedded.js';
 import { ConfigError, CycloneError } from './errors.js';
+import { DEFAULT_DELETE_STATES, FINISHED_RUN_STATES, type FinishedRunState } from './retention.js';
 import { quoteSchema } from './schema.js';
 import { selectStepEdges } from './sql/runs.js';
 import type { RunInfo, RunState, RunSummary, StepInfo } from './types.js';

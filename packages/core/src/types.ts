@@ -95,3 +95,28 @@ export interface RunInfo {
 export type RunSummary = Omit<RunInfo, 'steps' | 'input'> & {
   stepsRemaining: number;
 };
+
+/** Options of `submit`/`submitOnce`. */
+export interface SubmitOptions {
+  /**
+   * Submit inside the caller's transaction (transactional enqueue): the run exists only if that
+   * transaction commits. Anything with pg's `query` (a `PoolClient` after BEGIN, a `Tx`).
+   */
+  tx?: Tx;
+}
+
+/** Result of `submit`. */
+export interface SubmitResult {
+  runId: string;
+}
+
+/** Result of `submitOnce`: `created` is false when the key already had a run. */
+export interface SubmitOnceResult {
+  runId: string;
+  created: boolean;
+}
+
+/** Result of `submitMany`: the new runs' ids, in the order of the inputs. */
+export interface SubmitManyResult {
+  runIds: string[];
+}

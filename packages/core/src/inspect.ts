@@ -1,0 +1,97 @@
+/**
+ * Inspection (`Client.getRun`, `listRuns`, `waitForRun`): reads runs and their steps and maps the
+ * rows to `RunInfo`, `RunSummary` and `StepInfo`.
+ */
+import type { Db } from './db.js';
+import { RunNotFoundError, WaitTimeoutError } from './errors.js';
+import { isStorableText } from './json.js';
+import * as runsSql from './sql/runs.js';
+import type { RunInfo, RunState, RunSummary, StepInfo } from './types.js';
+
+/** Filters of `listRuns`. */
+export interface ListRunsOptions {
+  state?: RunState;
+  workflow?: string;
+  /** Most runs returned, newest first. Default 50, at most 1,000. */
+  limit?: number;
+}
+
+/** `Client.getRun`: the run's row, then its steps. */
+export async function getRun(db: Db, runId: string): Promise<RunInfo> {
+  if (!isUuid(runId)) throw new RunNotFoundError(String(runId));
+  const r = await runsSql.selectRun(db.pool, db, runId);
+  if (!r) throw new RunNotFoundError(runId);
+  const steps = await runsSql.selectSteps(db.pool, db, runId);
+  return { ...toSummary(r), input: r.input, steps: steps.map(toStep) };
+}
+
+/** `Client.listRuns`: the limit clamped, then one query. */
+export async function listRuns(db: Db, options: ListRunsOptions): Promise<RunSummary[]> {
+  const asked = Number(options.limit ?? 50);
+  const limit = Math.min(Math.max(1, Math.trunc(Number.isFinite(asked) ? asked : 50)), 1000);
+  if (options.workflow !== undefined && !isStorableText(String(options.workflow))) return [];
+  const rows = await runsSql.listRuns(db.pool, db, {
+    state: options.state ?? null,
+    workflow: options.workflow ?? null,
+    limit,
+  });
+  return rows.map((r) => ({ ...toSummary(r), stepsRemaining: r.steps_remaining }));
+}
+
+/** `Client.waitForRun`: `getRun` every `pollMs` until the run is terminal or time runs out. */
+export async function waitForRun(
+  db: Db,
+  runId: string,
+  options: { timeoutMs?: number; pollMs?: number },
+): Promise<RunInfo> {
+  const timeoutMs = options.timeoutMs ?? 60_000;
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const run = await getRun(db, runId);
+    if (run.state !== 'running') return run;
+    if (Date.now() >= deadline) throw new WaitTimeoutError(runId, timeoutMs);
+    await new Promise((r) =>
+      setTimeout(r, Math.min(options.pollMs ?? 100, Math.max(1, deadline - Date.now()))),
+    );
+  }
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/** True for a string in the uuid text form; anything else cannot be a run id. */
+export function isUuid(s: unknown): s is string {
+  return typeof s === 'string' && UUID.test(s);
+}
+
+// biome-ignore lint/suspicious/noExplicitAny: rows from pg are untyped
+function toSummary(r: any): Omit<RunInfo, 'steps' | 'input'> {
+  return {
+    runId: r.id,
+    workflow: r.workflow,
+    state: r.state,
+    submitKey: r.submit_key,
+    createdAt: r.created_at,
+    updatedAt: r.updated_at,
+    completedAt: r.completed_at,
+  };
+}
+
+// biome-ignore lint/suspicious/noExplicitAny: rows from pg are untyped
+function toStep(r: any): StepInfo {
+  return {
+    node: r.node,
+    action: r.action,
+    state: r.state,
+    attempt: r.attempt,
+    maxAttempts: r.max_attempts,
+    depsRemaining: r.deps_remaining,
+    reopenedAfterAttempt: r.reopened_after_attempt,
+    output: r.output,
+    errors: r.errors,
+    scheduledAt: r.scheduled_at,
+    leaseOwner: r.lease_owner,
+    leaseExpiresAt: r.lease_expires_at,
+    startedAt: r.started_at,
+    completedAt: r.completed_at,
+  };
+}

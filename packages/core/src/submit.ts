@@ -1,0 +1,320 @@
+/**
+ * Submission (`Client.submit`, `submitOnce`, `submitMany`): validate the run input, encode it as
+ * stored JSON, chunk, insert the runs with their steps; a submit key's conflict loop; run ids.
+ */
+import { v7 as uuidv7 } from 'uuid';
+import type { ZodType } from 'zod';
+import { type Db, withTransaction } from './db.js';
+import { InputValidationError, PayloadError, SubmitKeyConflictError, zodIssues } from './errors.js';
+import { encodePayload, hashJson, isStorableText } from './json.js';
+import { findRunByKey, insertRun, insertRuns, type StepColumns } from './sql/submit.js';
+import type {
+  Json,
+  SubmitManyResult,
+  SubmitOnceResult,
+  SubmitOptions,
+  SubmitResult,
+  Tx,
+} from './types.js';
+
+/**
+ * What submitting reads of a workflow: its name, input schema and compiled DAG. A `Workflow` made
+ * by `newWorkflow` is one. The client side takes this shape rather than `Workflow` so that it
+ * never imports the definitions, whose handler context refers back to the `Client`.
+ */
+export interface SubmittableWorkflow<RI> {
+  readonly kind: 'workflow';
+  readonly name: string;
+  readonly inputSchema: ZodType<RI> | undefined;
+  /** Nodes in a topological order. */
+  readonly nodes: readonly SubmittableNode<RI>[];
+}
+
+/** What submitting reads of one node; a `NodeDef` is one (its fields are documented there). */
+export interface SubmittableNode<RI> {
+  readonly name: string;
+  readonly action: { readonly name: string; readonly inputSchema: ZodType | undefined };
+  readonly after: readonly string[];
+  readonly ancestors: readonly string[];
+  readonly downstream: readonly string[];
+  readonly input: ((run: RI, upstream: Record<string, Json>) => unknown) | undefined;
+  readonly maxAttempts: number;
+}
+
+/** What the submit path needs of the client: its database handle and payload limit. */
+export interface SubmitScope {
+  readonly db: Db;
+  readonly maxPayloadBytes: number;
+}
+
+/** The longest submit key, in UTF-8 bytes. */
+const MAX_KEY_BYTES = 4096;
+
+/**
+ * `submitMany` sends at most this many runs per statement (as the peers' bulk calls take 1,000
+ * jobs; `bench/README.md` row 1 compares them), and at most `SUBMIT_MANY_CHUNK_BYTES` of input
+ * JSON (a chunk holds at least one run), so a statement stays far below PostgreSQL's 1 GB limit
+ * on a message even with inputs near `maxPayloadBytes`.
+ */
+const SUBMIT_MANY_CHUNK_RUNS = 1000;
+const SUBMIT_MANY_CHUNK_BYTES = 16 * 1024 * 1024;
+
+/**
+ * A new run id: a UUIDv7 (RFC 9562: 48-bit Unix ms timestamp, then random bits), so runs
+ * created together sit together in the primary-key indexes of runs, steps and the ledger. With
+ * random (v4) ids, every completion would touch a random leaf of indexes that outgrow the buffer
+ * cache as history accumulates (`bench/README.md` row 7 measures throughput with such a history).
+ */
+function newRunId(): string {
+  return uuidv7();
+}
+
+/** The per-node columns of `workflow`'s steps (`sql/submit.ts`), in the workflow's node order. */
+function stepColumns<RI>(workflow: SubmittableWorkflow<RI>): StepColumns {
+  const nodes = workflow.nodes;
+  return {
+    stepCount: nodes.length,
+    rootCount: nodes.filter((n) => n.after.length === 0).length,
+    nodes: nodes.map((n) => n.name),
+    actions: nodes.map((n) => n.action.name),
+    maxAttempts: nodes.map((n) => n.maxAttempts),
+    deps: nodes.map((n) => n.after.length),
+    downstream: nodes.map((n) => JSON.stringify(n.downstream)),
+    ancestors: nodes.map((n) => JSON.stringify(n.ancestors)),
+  };
+}
+
+/** `Client.submit`: one run, its steps and a NOTIFY in one statement. */
+export async function submit<RI>(
+  scope: SubmitScope,
+  workflow: SubmittableWorkflow<RI>,
+  input: RI,
+  options: SubmitOptions,
+): Promise<SubmitResult> {
+  const { runId } = await insert(scope, workflow, input, null, options.tx);
+  return { runId };
+}
+
+/** `Client.submitOnce`: checks the key, then inserts or finds the key's run. */
+export async function submitOnce<RI>(
+  scope: SubmitScope,
+  workflow: SubmittableWorkflow<RI>,
+  key: string,
+  input: RI,
+  options: SubmitOptions,
+): Promise<SubmitOnceResult> {
+  if (
+    typeof key !== 'string' ||
+    key.length === 0 ||
+    // A lone surrogate would be stored as U+FFFD, so two different keys could collide.
+    !isStorableText(key) ||
+    Buffer.byteLength(key) > MAX_KEY_BYTES
+  ) {
+    throw new InputValidationError(workflow.name, [
+      {
+        path: ['key'],
+        message: `submit key must be a non-empty string without NUL characters or lone surrogates, at most ${MAX_KEY_BYTES} bytes`,
+      },
+    ]);
+  }
+  return insert(scope, workflow, input, key, options.tx);
+}
+
+/**
+ * `Client.submitMany`: every input validated and encoded first, then one statement per chunk;
+ * several chunks share one transaction (the caller's `tx`, or one on a pool connection).
+ */
+export async function submitMany<RI>(
+  scope: SubmitScope,
+  workflow: SubmittableWorkflow<RI>,
+  inputs: readonly RI[],
+  options: SubmitOptions,
+): Promise<SubmitManyResult> {
+  if (!Array.isArray(inputs)) {
+    throw new InputValidationError(workflow.name, [
+      { path: [], message: 'submitMany takes an array of run inputs' },
+    ]);
+  }
+  const texts: string[] = [];
+  const hashes: string[] = [];
+  for (let i = 0; i < inputs.length; i++) {
+    try {
+      const { text, hash } = encodeRunInput(scope, workflow, inputs[i] as RI);
+      texts.push(text);
+      hashes.push(hash);
+    } catch (err) {
+      if (err instanceof InputValidationError) {
+        throw new InputValidationError(err.workflow, err.issues, err.node, i);
+      }
+      throw err;
+    }
+  }
+  if (texts.length === 0) return { runIds: [] };
+
+  const runIds = texts.map(() => newRunId());
+  const steps = stepColumns(workflow);
+  const chunkOf = ({ from, to }: Chunk) => ({
+    runIds: runIds.slice(from, to),
+    inputs: texts.slice(from, to),
+    inputHashes: hashes.slice(from, to),
+    workflow: workflow.name,
+    steps,
+  });
+  const chunks = chunksOf(texts);
+  const { db } = scope;
+
+  const { tx } = options;
+  if (tx) {
+    // A caller's transaction gets plain text (Tx.query), as in `insert`.
+    for (const chunk of chunks) await insertRuns(tx, db, chunkOf(chunk), true);
+    return { runIds };
+  }
+  if (chunks.length === 1) {
+    await insertRuns(db.pool, db, chunkOf({ from: 0, to: texts.length }));
+  } else {
+    await withTransaction(db.pool, async (c) => {
+      for (const chunk of chunks) await insertRuns(c, db, chunkOf(chunk));
+    });
+  }
+  return { runIds };
+}
+
+/** A slice `[from, to)` of `submitMany`'s inputs sent as one statement. */
+interface Chunk {
+  from: number;
+  to: number;
+}
+
+/** Cuts the encoded inputs into chunks of at most the run and byte limits (each ≥ 1 run). */
+function chunksOf(texts: readonly string[]): Chunk[] {
+  const chunks: Chunk[] = [];
+  let from = 0;
+  let bytes = 0;
+  for (let i = 0; i < texts.length; i++) {
+    const size = Buffer.byteLength(texts[i] as string);
+    if (
+      i > from &&
+      (i - from >= SUBMIT_MANY_CHUNK_RUNS || bytes + size > SUBMIT_MANY_CHUNK_BYTES)
+    ) {
+      chunks.push({ from, to: i });
+      from = i;
+      bytes = 0;
+    }
+    bytes += size;
+  }
+  chunks.push({ from, to: texts.length });
+  return chunks;
+}
+
+/**
+ * Inserts one run, or with `key` finds the run already holding it: the insert's `ON CONFLICT`
+ * returns no row, then the key's run is read and its input hash compared.
+ * @throws SubmitKeyConflictError when the key's run has a different input.
+ */
+async function insert<RI>(
+  scope: SubmitScope,
+  workflow: SubmittableWorkflow<RI>,
+  input: RI,
+  key: string | null,
+  tx: Tx | undefined,
+): Promise<SubmitOnceResult> {
+  const { text, hash } = encodeRunInput(scope, workflow, input);
+  const runId = newRunId();
+  const on: Tx = tx ?? scope.db.pool;
+  for (let i = 0; i < 5; i++) {
+    // Prepared on the client's own pool; a caller's transaction gets plain text (Tx.query).
+    const rows = await insertRun(
+      on,
+      scope.db,
+      {
+        runId,
+        workflow: workflow.name,
+        input: text,
+        submitKey: key,
+        inputHash: hash,
+        steps: stepColumns(workflow),
+      },
+      tx !== undefined,
+    );
+    if (rows[0]) return { runId: rows[0].id, created: true };
+    // The key has a run (committed: ON CONFLICT waited for it).
+    const existing = await findRunByKey(on, scope.db, { workflow: workflow.name, key });
+    if (existing) {
+      if (existing.input_hash !== hash)
+        throw new SubmitKeyConflictError(workflow.name, key as string, existing.id);
+      return { runId: existing.id, created: false };
+    }
+    // The conflicting run vanished between the statements (deleted by retention): try again.
+  }
+  throw new Error(`submitOnce(${workflow.name}): the key's run kept changing; try again`);
+}
+
+/**
+ * A run input validated (validateRunInput), encoded as stored JSON text and hashed (the hash a
+ * submit key's later submissions are compared with).
+ * @throws InputValidationError as validateRunInput, or for a payload that is not storable JSON
+ *   or is over `maxPayloadBytes`.
+ */
+function encodeRunInput<RI>(
+  scope: SubmitScope,
+  workflow: SubmittableWorkflow<RI>,
+  input: RI,
+): { text: string; hash: string } {
+  const value = validateRunInput(workflow, input);
+  const { text } = wrapPayload(workflow.name, () =>
+    encodePayload(value, scope.maxPayloadBytes, 'the run input'),
+  );
+  return { text, hash: hashJson(JSON.parse(text) as Json) };
+}
+
+/**
+ * The run input checked against the workflow's schema (its parsed value), then each root node's
+ * mapped input against its action's schema.
+ * @throws InputValidationError naming the node when a root's mapping throws or fails.
+ */
+function validateRunInput<RI>(workflow: SubmittableWorkflow<RI>, input: RI): unknown {
+  let value: unknown = input;
+  if (workflow.inputSchema) {
+    const r = workflow.inputSchema.safeParse(input);
+    if (!r.success) throw new InputValidationError(workflow.name, zodIssues(r.error.issues));
+    value = r.data;
+  }
+  for (const n of workflow.nodes) {
+    if (n.after.length > 0 || !n.action.inputSchema) continue;
+    let mapped: unknown;
+    try {
+      mapped = n.input ? n.input(value as RI, {}) : value;
+    } catch (err) {
+      throw new InputValidationError(
+        workflow.name,
+        [{ path: [], message: `input mapping threw: ${(err as Error)?.message ?? String(err)}` }],
+        n.name,
+      );
+    }
+    const r = n.action.inputSchema.safeParse(mapped);
+    if (!r.success)
+      throw new InputValidationError(workflow.name, zodIssues(r.error.issues), n.name);
+  }
+  return value;
+}
+
+/** Runs `fn`, turning a `PayloadError` into the `InputValidationError` submit promises. */
+function wrapPayload<T>(workflow: string, fn: () => T): T {
+  try {
+    return fn();
+  } catch (err) {
+    if (err instanceof PayloadError) {
+      throw new InputValidationError(workflow, [
+        {
+          path: err.path
+            .replace(/^\$\.?/, '')
+            .split('.')
+            .filter(Boolean),
+          message: err.message,
+          code: 'payload',
+        },
+      ]);
+    }
+    throw err;
+  }
+}
