@@ -11,8 +11,7 @@ import { resolveDatabaseUrl } from './embedded.js';
 import { ConfigError, CycloneError } from './errors.js';
 import { DEFAULT_DELETE_STATES, FINISHED_RUN_STATES, type FinishedRunState } from './retention.js';
 import { quoteSchema } from './schema.js';
-import { selectStepEdges } from './sql/runs.js';
-import type { RunInfo, RunState, RunSummary, StepInfo } from './types.js';
+import type { RunInfo, RunState, RunSummary } from './types.js';
 
 /** Where the CLI writes and what environment it reads; `process`'s by default. */
 export interface CliIo {
@@ -27,9 +26,6 @@ interface GlobalOptions {
   databaseUrl?: string;
   schema?: string;
 }
-
-/** A step as the CLI shows it: `StepInfo` plus its direct upstream nodes. */
-export type CliStep = StepInfo & { after: string[] };
 
 /**
  * Runs the CLI on `argv` (the arguments after the program name) and resolves with the exit
@@ -136,9 +132,8 @@ export async function main(argv: readonly string[], io: Partial<CliIo> = {}): Pr
     .action(async (runId: string, opts: { json?: boolean }, cmd: Command) => {
       await withClient(cmd, async (client) => {
         const run = await client.getRun(runId);
-        const steps = await withUpstream(client, run);
-        if (opts.json) print(JSON.stringify({ ...run, steps }, null, 2));
-        else print(formatRun(run, steps));
+        if (opts.json) print(JSON.stringify(run, null, 2));
+        else print(formatRun(run));
       });
     });
 
@@ -340,14 +335,6 @@ function parseFinishedStates(value: string): FinishedRunState[] {
   return [...new Set(states as FinishedRunState[])];
 }
 
-/** The direct upstream nodes of each step, read from the stored DAG (`downstream`). */
-async function withUpstream(client: Client, run: RunInfo): Promise<CliStep[]> {
-  const rows = await selectStepEdges(client.pool, client.db, run.runId);
-  const after = new Map<string, string[]>(run.steps.map((s) => [s.node, []]));
-  for (const r of rows) for (const d of r.downstream) after.get(d)?.push(r.node);
-  return run.steps.map((s) => ({ ...s, after: (after.get(s.node) ?? []).sort() }));
-}
-
 /** One line for any error: the typed errors' own messages, pg's message, never a stack. */
 export function describeError(e: unknown): string {
   let msg: string;
@@ -382,7 +369,7 @@ function formatRuns(runs: RunSummary[]): string {
   );
 }
 
-function formatRun(run: RunInfo, steps: CliStep[]): string {
+function formatRun(run: RunInfo): string {
   const head = [
     `run       ${run.runId}`,
     `workflow  ${run.workflow}`,
@@ -392,7 +379,7 @@ function formatRun(run: RunInfo, steps: CliStep[]): string {
     ...(run.submitKey === null ? [] : [`key       ${truncate(run.submitKey, 80)}`]),
     `input     ${truncate(JSON.stringify(run.input), 100)}`,
   ];
-  const rows = steps.map((s) => {
+  const rows = run.steps.map((s) => {
     const last = s.errors[s.errors.length - 1];
     return [
       s.node,

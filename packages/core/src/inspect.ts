@@ -16,13 +16,14 @@ export interface ListRunsOptions {
   limit?: number;
 }
 
-/** `Client.getRun`: the run's row, then its steps. */
+/** `Client.getRun`: the run's row, then its steps with each step's direct upstream nodes. */
 export async function getRun(db: Db, runId: string): Promise<RunInfo> {
   if (!isUuid(runId)) throw new RunNotFoundError(String(runId));
   const r = await runsSql.selectRun(db.pool, db, runId);
   if (!r) throw new RunNotFoundError(runId);
   const steps = await runsSql.selectSteps(db.pool, db, runId);
-  return { ...toSummary(r), input: r.input, steps: steps.map(toStep) };
+  const after = upstreamOf(steps);
+  return { ...toSummary(r), input: r.input, steps: steps.map((s) => toStep(s, after)) };
 }
 
 /** `Client.listRuns`: the limit clamped, then one query. */
@@ -63,6 +64,19 @@ export function isUuid(s: unknown): s is string {
   return typeof s === 'string' && UUID.test(s);
 }
 
+/**
+ * Each node's direct upstream nodes, sorted by name, from the stored DAG: the `downstream` column
+ * of the step rows already read, inverted (no further query).
+ */
+function upstreamOf(
+  rows: readonly { node: string; downstream: string[] }[],
+): Map<string, string[]> {
+  const after = new Map<string, string[]>(rows.map((r) => [r.node, []]));
+  for (const r of rows) for (const d of r.downstream) after.get(d)?.push(r.node);
+  for (const nodes of after.values()) nodes.sort();
+  return after;
+}
+
 // biome-ignore lint/suspicious/noExplicitAny: rows from pg are untyped
 function toSummary(r: any): Omit<RunInfo, 'steps' | 'input'> {
   return {
@@ -77,7 +91,7 @@ function toSummary(r: any): Omit<RunInfo, 'steps' | 'input'> {
 }
 
 // biome-ignore lint/suspicious/noExplicitAny: rows from pg are untyped
-function toStep(r: any): StepInfo {
+function toStep(r: any, after: ReadonlyMap<string, string[]>): StepInfo {
   return {
     node: r.node,
     action: r.action,
@@ -93,5 +107,6 @@ function toStep(r: any): StepInfo {
     leaseExpiresAt: r.lease_expires_at,
     startedAt: r.started_at,
     completedAt: r.completed_at,
+    after: after.get(r.node) ?? [],
   };
 }

@@ -74,6 +74,11 @@ export interface StepInfo {
   leaseExpiresAt: Date | null;
   startedAt: Date | null;
   completedAt: Date | null;
+  /**
+   * The node's direct upstream nodes, sorted by name. Derived from the stored DAG in the step
+   * rows `getRun` reads anyway (each row's downstream nodes, inverted), so it costs no query.
+   */
+  after: string[];
 }
 
 /** A run with its steps. */
