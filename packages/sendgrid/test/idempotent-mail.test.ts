@@ -5,10 +5,17 @@
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { Client, type StepInfo } from '@cyclone/core';
+import { Client } from '@cyclone/core';
 import { getLedgerEntry, resolveKey } from '@cyclone/idempotency';
 import { waitFor } from '@cyclone/testkit';
-import { oneStep, runOnce, startWorker, stepOf } from '@cyclone/testkit-engine';
+import {
+  expectKeptLooking,
+  oneStep,
+  runOnce,
+  startWorker,
+  stepOf,
+  waitForLooks,
+} from '@cyclone/testkit-engine';
 import type { MailDataRequired } from '@sendgrid/mail';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { eventWebhookListener, idempotentMail, type SentMail } from '../src/index.js';
@@ -403,12 +410,6 @@ describe('idempotentMail', () => {
   });
 });
 
-/** The "in progress" errors of a step (a reconcile that will look again), with their `ms left`. */
-const inProgress = (step: StepInfo) =>
-  step.errors
-    .filter((e) => /may still be in progress/.test(e.message))
-    .map((e) => ({ ...e, left: Number(/\((\d+) ms left\)/.exec(e.message)?.[1]) }));
-
 describe("idempotentMail: 'reconcile' with assumeNotSentAfterMs", () => {
   it('no event before it has passed is "in progress" (retryable): the step looks again, and the late event settles it, no resend (fault: effect then reset)', async () => {
     fake.inject({ kind: 'reset', commit: true });
@@ -426,25 +427,13 @@ describe("idempotentMail: 'reconcile' with assumeNotSentAfterMs", () => {
     try {
       const { runId } = await client.submit(wf, {});
       // The Event Webhook is late: the step keeps looking (or, wrongly, stops).
-      const step = await waitFor(
-        'two "in progress" looks (or a settled step)',
-        async () => {
-          const s = await stepOf(client, runId);
-          const settled =
-            s.state === 'completed' || s.state === 'discarded' || s.state === 'cancelled';
-          return inProgress(s).length >= 2 || settled ? s : undefined;
-        },
-        { timeoutMs: 10_000 },
-      );
-      const [first, ...looks] = step.errors;
-      expect(first?.message).toMatch(/may or may not have taken effect \(ECONNRESET\)/);
-      expect(looks.map((e) => e.kind)).toEqual(looks.map(() => 'error')); // never non_retryable
-      expect(inProgress(step)).toHaveLength(looks.length);
-      for (const e of inProgress(step)) {
-        // Retry after = what is left of assumeNotSentAfterMs (the quiet period is 0).
-        expect(e.left).toBeGreaterThan(50_000);
-        expect(e.left).toBeLessThanOrEqual(60_000);
-      }
+      const step = await waitForLooks(client, runId, 2);
+      // Retry after = what is left of assumeNotSentAfterMs (the quiet period is 0).
+      expectKeptLooking(step, {
+        first: /may or may not have taken effect \(ECONNRESET\)/,
+        leftAbove: 50_000,
+        leftAtMost: 60_000,
+      });
 
       // SendGrid's events arrive: the next look finds them.
       const d = await fake.deliverEvents(hookUrl, { types: ['processed'] });
@@ -481,15 +470,11 @@ describe("idempotentMail: 'reconcile' with assumeNotSentAfterMs", () => {
     const run = await runOnce(client, wf, {});
     expect(run.state).toBe('completed');
     const step = await stepOf(client, run.runId);
-    const [first, ...looks] = step.errors;
-    expect(first?.message).toMatch(/may or may not have taken effect \(ECONNRESET\)/);
-    expect(looks.length).toBeGreaterThanOrEqual(1);
-    expect(looks.map((e) => e.kind)).toEqual(looks.map(() => 'error'));
-    expect(inProgress(step)).toHaveLength(looks.length);
-    for (const e of inProgress(step)) {
-      expect(e.left).toBeGreaterThan(0);
-      expect(e.left).toBeLessThanOrEqual(assumeNotSentAfterMs);
-    }
+    expectKeptLooking(step, {
+      first: /may or may not have taken effect \(ECONNRESET\)/,
+      leftAbove: 0,
+      leftAtMost: assumeNotSentAfterMs,
+    });
     const key = `${run.runId}:send`;
     const [call1, call2] = fake.sendRequests;
     expect(fake.sendRequests).toHaveLength(2);

@@ -6,10 +6,17 @@
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { Client, type StepInfo } from '@cyclone/core';
+import { Client } from '@cyclone/core';
 import { getLedgerEntry, resolveKey } from '@cyclone/idempotency';
 import { deferred, waitFor } from '@cyclone/testkit';
-import { oneStep, runOnce, startWorker, stepOf } from '@cyclone/testkit-engine';
+import {
+  expectKeptLooking,
+  oneStep,
+  runOnce,
+  startWorker,
+  stepOf,
+  waitForLooks,
+} from '@cyclone/testkit-engine';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import {
   callbacksForKey,
@@ -318,24 +325,6 @@ describe('idempotentTwilio', () => {
   });
 });
 
-/** The "in progress" errors of a step (a reconcile that will look again), with their `ms left`. */
-const inProgress = (step: StepInfo) =>
-  step.errors
-    .filter((e) => /may still be in progress/.test(e.message))
-    .map((e) => ({ ...e, left: Number(/\((\d+) ms left\)/.exec(e.message)?.[1]) }));
-
-/** Polls a running step until it has `looks` "in progress" errors, or until it is settled. */
-const waitForLooks = (runId: string, looks: number) =>
-  waitFor(
-    `${looks} "in progress" looks (or a settled step)`,
-    async () => {
-      const s = await stepOf(client, runId);
-      const settled = s.state === 'completed' || s.state === 'discarded' || s.state === 'cancelled';
-      return inProgress(s).length >= looks || settled ? s : undefined;
-    },
-    { timeoutMs: 10_000 },
-  );
-
 describe('idempotentTwilio: the status callback URL is not part of the request', () => {
   it("a retry after a deploy changed the public callback URL is the same request: the old URL's callback settles it, one message (fault: effect then reset)", async () => {
     // Blue/green: the old deployment still answers its URL (same database) while the new one
@@ -443,16 +432,9 @@ describe('idempotentTwilio: reconcile with assumeNotSentAfterMs', () => {
     const worker = await startWorker(client, [wf]);
     try {
       const { runId } = await client.submit(wf, {});
-      const step = await waitForLooks(runId, 2);
-      const [first, ...looks] = step.errors;
-      expect(first?.message).toMatch(/ECONNRESET/);
-      expect(looks.map((e) => e.kind)).toEqual(looks.map(() => 'error')); // never non_retryable
-      expect(inProgress(step)).toHaveLength(looks.length);
-      for (const e of inProgress(step)) {
-        // Retry after = what is left of assumeNotSentAfterMs (the quiet period is 0).
-        expect(e.left).toBeGreaterThan(50_000);
-        expect(e.left).toBeLessThanOrEqual(60_000);
-      }
+      const step = await waitForLooks(client, runId, 2);
+      // Retry after = what is left of assumeNotSentAfterMs (the quiet period is 0).
+      expectKeptLooking(step, { first: /ECONNRESET/, leftAbove: 50_000, leftAtMost: 60_000 });
       expect(fake.requests.filter((r) => r.route === 'list').length).toBeGreaterThanOrEqual(2);
 
       // Twilio sends it: the next look finds it in the list.
@@ -489,15 +471,11 @@ describe('idempotentTwilio: reconcile with assumeNotSentAfterMs', () => {
     const run = await runOnce(client, wf, {});
     expect(run.state).toBe('completed');
     const step = await stepOf(client, run.runId);
-    const [first, ...looks] = step.errors;
-    expect(first?.message).toMatch(/ECONNRESET/);
-    expect(looks.length).toBeGreaterThanOrEqual(1);
-    expect(looks.map((e) => e.kind)).toEqual(looks.map(() => 'error'));
-    expect(inProgress(step)).toHaveLength(looks.length);
-    for (const e of inProgress(step)) {
-      expect(e.left).toBeGreaterThan(0);
-      expect(e.left).toBeLessThanOrEqual(assumeNotSentAfterMs);
-    }
+    expectKeptLooking(step, {
+      first: /ECONNRESET/,
+      leftAbove: 0,
+      leftAtMost: assumeNotSentAfterMs,
+    });
     const key = `${run.runId}:send`;
     const [call1, call2] = fake.createRequests;
     expect(fake.createRequests).toHaveLength(2);

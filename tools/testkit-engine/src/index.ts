@@ -1,3 +1,4 @@
+export { type CrashHarness, type CrashSuiteSpec, crashSuite } from './crash-suite.js';
 export {
   oneStep,
   runOnce,
@@ -5,5 +6,11 @@ export {
   stepOf,
   type TestWorkerOptions,
 } from './harness.js';
+export {
+  expectKeptLooking,
+  type InProgressLook,
+  inProgressLooks,
+  waitForLooks,
+} from './in-progress.js';
 export { type ComponentMigrationTests, componentMigrationTests } from './migrations.js';
 export { type ChildWorkerOptions, startChildWorker } from './worker-main.js';

@@ -75,7 +75,7 @@ export async function runOnce<I>(
   }
 }
 
-async function finished(h: FileHarness, runId: string, run: RunInfo) {
+async function finished(h: Pick<FileHarness, 'client'>, runId: string, run: RunInfo) {
   const step = run.steps[0];
   if (!step) throw new Error(`run ${runId} has no step`);
   const ledger = await listLedgerEntries(h.client, runId);
@@ -83,7 +83,7 @@ async function finished(h: FileHarness, runId: string, run: RunInfo) {
 }
 
 /** Re-reads a run, its first step and its ledger rows. */
-export async function inspect(h: FileHarness, runId: string) {
+export async function inspect(h: Pick<FileHarness, 'client'>, runId: string) {
   return finished(h, runId, await h.client.getRun(runId));
 }
 

@@ -1,5 +1,5 @@
 /**
- * A child worker process of the crash tests (spawned by child.ts, never imported by tests):
+ * A child worker process of the crash tests (spawned by crash.test.ts through `crashSuite`):
  * `node --conditions=@cyclone/source --import tsx stripe-worker.ts`.
  *
  * Environment: DATABASE_URL (the test file's database), FAKE_STRIPE_PORT (the parent's fake),
