@@ -1,8 +1,9 @@
 /**
- * Group commit for completions without a `completionTx` (issue 8): while one batch statement is
- * in flight, completions queue; when it returns, everything queued goes out in the next single
- * statement (`sql.completeBatch`). An idle worker therefore completes at once, and a busy one
- * sends one statement per batch instead of one per step. Each step stays fenced on its attempt.
+ * Group commit for completions without a `completionTx`, so that a busy worker sends one
+ * statement per batch instead of one per step: while one batch statement is in flight,
+ * completions queue; when it returns, everything queued goes out in the next single statement
+ * (`completeSteps`). An idle worker therefore completes at once. Each step stays fenced on its
+ * attempt.
  */
 import type pg from 'pg';
 import { isConnectionError } from './db.js';

@@ -15,11 +15,11 @@ export {
   type SubmitOptions,
   type SubmitResult,
 } from './client.js';
+export type { Context } from './context.js';
 export {
   type Action,
   type ActionOptions,
   type Backoff,
-  type Context,
   DEFAULT_BACKOFF_CAP_MS,
   DEFAULT_MAX_ATTEMPTS,
   defaultBackoff,

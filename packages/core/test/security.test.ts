@@ -46,8 +46,8 @@ const REVIEWED: Reviewed[] = [
       "completeFrom's input: one of the two module constants BATCH_INPUT and ONE_INPUT (the parameter's type allows only those), fixed SQL with placeholders",
   },
   {
-    file: 'core/src/worker.ts',
-    expression: 'this.client.db.channel',
+    file: 'core/src/listener.ts',
+    expression: 'parts.channel',
     reason:
       'LISTEN takes no parameters: the channel is cyclone_<schema>, the schema validated as [a-z_][a-z0-9_]{0,54}, so a plain identifier, and double-quoted',
   },

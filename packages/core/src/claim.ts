@@ -1,0 +1,258 @@
+/**
+ * The claim loop: free slots → `claimSteps` → each claimed step started (executed, then its
+ * outcome recorded), then a wait for a NOTIFY, a freed slot or the poll interval.
+ */
+import type pg from 'pg';
+import type { Client } from './client.js';
+import type { Completer, CompletionCounters } from './completion.js';
+import { CompletionTx } from './completion-tx.js';
+import { makeContext } from './context.js';
+import { withConnection } from './db.js';
+import type { Workflow } from './definitions.js';
+import { LeaseLostError } from './errors.js';
+import { executeStep } from './execute-step.js';
+import { LazyChildLogger, type Logger } from './logger.js';
+import { type ClaimedStep, claimSteps } from './sql/claim.js';
+import type { SqlScope } from './sql/statement.js';
+
+/** What the worker keeps of a claimed step until its outcome is recorded. */
+export interface StepHandle {
+  readonly runId: string;
+  readonly node: string;
+  readonly attempt: number;
+  /** Settles when the step's outcome is recorded (or given up). Never rejects. */
+  readonly done: Promise<void>;
+  /** True once the handler settled: the heartbeat still extends it, but never aborts it. */
+  readonly finishing: boolean;
+  /** The heartbeat found the lease lost: abort `ctx.signal` with `LeaseLostError`. */
+  leaseLost(): void;
+  /** Hard stop: abort `ctx.signal` with `reason`. */
+  abort(reason: Error): void;
+}
+
+/** The worker's counters the claim loop and its steps move (`WorkerStats`). */
+export interface ClaimCounters extends CompletionCounters {
+  claimed: number;
+}
+
+/** Configuration of the claim loop, validated by the worker. Durations in ms. */
+export interface ClaimConfig {
+  workerId: string;
+  leaseMs: number;
+  /** Handlers run at once. */
+  concurrency: number;
+  /** Most steps one claim statement takes. */
+  batchSize: number;
+  /** Wait between claims when no NOTIFY arrives. */
+  pollIntervalMs: number;
+}
+
+/** What the claim loop needs of its worker. */
+export interface ClaimParts {
+  /** The control pool: claims, and cancelling a claim that hangs. */
+  controlPool: pg.Pool;
+  /** The step pool: completion transactions. */
+  pool: pg.Pool;
+  db: SqlScope;
+  /** Handed to handlers as `ctx.client`; its payload limit applies to outputs. */
+  client: Client;
+  workflows: ReadonlyMap<string, Workflow<unknown>>;
+  log: Logger;
+  counters: ClaimCounters;
+  completer: Completer;
+  /** The worker's in-flight steps: each started step is added, and removed once recorded. */
+  inflight: Map<string, StepHandle>;
+  /** False once the worker stops: the loop ends after its current claim. */
+  isRunning(): boolean;
+}
+
+/** Claims and starts steps while the worker runs; see the module comment. */
+export class ClaimLoop {
+  /** Steps in `inflight` whose handler settled and whose outcome is being recorded. */
+  private finishing = 0;
+  /** Backend pid of the claim statement in flight, if any. */
+  private claimPid: number | undefined;
+  private wakeResolve: (() => void) | undefined;
+  private wakePending = false;
+  /** `workflow/node` of every node the worker can run: it claims only those. */
+  private readonly nodeKeys: string[];
+
+  constructor(
+    private readonly parts: ClaimParts,
+    private readonly config: ClaimConfig,
+  ) {
+    this.nodeKeys = [...parts.workflows.values()].flatMap((wf) =>
+      wf.nodes.map((n) => `${wf.name}/${n.name}`),
+    );
+  }
+
+  /** Ends the current wait (or the next one) at once. */
+  wake(): void {
+    this.wakePending = true;
+    this.wakeResolve?.();
+  }
+
+  /** The loop: claims up to the free slots, then waits for a wake-up or the poll interval. */
+  async run(): Promise<void> {
+    let failures = 0;
+    while (this.parts.isRunning()) {
+      const want = this.freeSlots();
+      if (want > 0) {
+        this.wakePending = false;
+        let got: number;
+        try {
+          got = await this.claim(want);
+          failures = 0;
+        } catch (err) {
+          // One failed statement must not stop the loop: back off, then claim again.
+          failures++;
+          this.parts.log.error({ err: String(err), failures }, 'claim failed; backing off');
+          await this.waitForWake(Math.min(100 * 2 ** failures, 5_000));
+          continue;
+        }
+        if (got === want) continue;
+      }
+      await this.waitForWake(this.config.pollIntervalMs);
+    }
+  }
+
+  /**
+   * Cancels the claim statement in flight (`pg_cancel_backend`), so that a claim hanging past
+   * the stop's grace period takes nothing that would run on a stopped worker.
+   */
+  async cancel(): Promise<void> {
+    const pid = this.claimPid;
+    if (!pid) return;
+    await withConnection(this.parts.controlPool, (c) =>
+      c.query('SELECT pg_cancel_backend($1)', [pid]),
+    ).catch(() => {});
+  }
+
+  /**
+   * Steps the next claim may take. A slot is free once its handler settled, even while its
+   * outcome is still being recorded (batched completion), so the next claim overlaps the
+   * completion statement instead of waiting for it. The worker holds at most 2 × `concurrency`
+   * steps in all (running or waiting to be recorded), so a slow database does not let them pile
+   * up.
+   */
+  private freeSlots(): number {
+    const { concurrency, batchSize } = this.config;
+    const held = this.parts.inflight.size;
+    return Math.min(concurrency - (held - this.finishing), 2 * concurrency - held, batchSize);
+  }
+
+  private waitForWake(ms: number): Promise<void> {
+    if (this.wakePending) {
+      this.wakePending = false;
+      return Promise.resolve();
+    }
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(t);
+        this.wakeResolve = undefined;
+        resolve();
+      };
+      const t = setTimeout(done, ms);
+      this.wakeResolve = () => {
+        this.wakePending = false;
+        done();
+      };
+    });
+  }
+
+  /** Claims up to `limit` steps and starts each. @returns how many were claimed. */
+  private async claim(limit: number): Promise<number> {
+    const { parts, config } = this;
+    const rows = await withConnection(parts.controlPool, async (c) => {
+      // Known while the statement runs, so that stop() can cancel a claim that hangs.
+      this.claimPid = (c as unknown as { processID?: number }).processID;
+      try {
+        return await claimSteps(c, parts.db, {
+          workflows: [...parts.workflows.keys()],
+          limit,
+          workerId: config.workerId,
+          leaseMs: config.leaseMs,
+          nodeKeys: this.nodeKeys,
+        });
+      } finally {
+        this.claimPid = undefined;
+      }
+    });
+    for (const row of rows) {
+      parts.counters.claimed++;
+      // Keyed by attempt too: this worker may re-claim a node whose older attempt (its lease
+      // lost) is still settling here, and the two must not evict each other.
+      const key = `${row.run_id}\u0000${row.node}\u0000${row.attempt}`;
+      const handle = this.start(row);
+      parts.inflight.set(key, handle);
+      handle.done.finally(() => {
+        if (handle.finishing) this.finishing--;
+        if (parts.inflight.get(key) === handle) parts.inflight.delete(key);
+        this.wake();
+      });
+    }
+    return rows.length;
+  }
+
+  /** Starts one claimed step: executes it, then records its outcome; see `StepHandle`. */
+  private start(row: ClaimedStep): StepHandle {
+    const { parts } = this;
+    const ac = new AbortController();
+    let finishing = false;
+    const markFinishing = () => {
+      if (finishing) return;
+      finishing = true;
+      this.finishing++;
+      this.wake();
+    };
+    const workflow = parts.workflows.get(row.workflow) as Workflow<unknown>;
+    const log = new LazyChildLogger(parts.log, {
+      runId: row.run_id,
+      node: row.node,
+      attempt: row.attempt,
+    });
+    const tx = new CompletionTx(
+      { runId: row.run_id, node: row.node, attempt: row.attempt },
+      parts.pool,
+      parts.controlPool,
+      log,
+    );
+    const run = async () => {
+      const outcome = await executeStep(row, {
+        workflow,
+        abort: ac,
+        context: (node) =>
+          makeContext({
+            step: row,
+            ancestors: node.ancestors,
+            signal: ac.signal,
+            log,
+            client: parts.client,
+            db: parts.db,
+            controlPool: parts.controlPool,
+            completionTx: tx,
+          }),
+        maxPayloadBytes: parts.client.maxPayloadBytes,
+        markFinishing,
+      });
+      const backoff = workflow.nodeByName.get(row.node)?.action.backoff;
+      await parts.completer.record({ row, tx, log, backoff }, outcome);
+    };
+    return {
+      runId: row.run_id,
+      node: row.node,
+      attempt: row.attempt,
+      done: run().catch((err) => {
+        parts.log.error(
+          { err: String(err), runId: row.run_id, node: row.node },
+          'step runner failed',
+        );
+      }),
+      get finishing() {
+        return finishing;
+      },
+      leaseLost: () => ac.abort(new LeaseLostError(row.run_id, row.node, row.attempt)),
+      abort: (reason) => ac.abort(reason),
+    };
+  }
+}

@@ -1,0 +1,232 @@
+/**
+ * The only module that records an attempt's outcome. A completion goes by one of two routes:
+ * committed on the handler's `completionTx` together with its writes, or handed to the worker's
+ * batcher (group commit). A failure is recorded with its backoff. Every write is fenced on the
+ * claim's attempt, so an attempt whose lease was lost changes nothing.
+ */
+import type pg from 'pg';
+import type { CompletionBatcher } from './completion-batcher.js';
+import type { CompletionTx } from './completion-tx.js';
+import { isConnectionError, isTransactionConflict, retryTransient } from './db.js';
+import type { Backoff } from './definitions.js';
+import { describeError, errorEntry } from './error-entry.js';
+import { LeaseLostError } from './errors.js';
+import { type Discarded, Outcome, type Retryable } from './execute-step.js';
+import type { Logger } from './logger.js';
+import type { ClaimedStep } from './sql/claim.js';
+import { completeStep, failStep } from './sql/complete.js';
+import { isStepCompletedBy } from './sql/fence.js';
+import type { SqlScope } from './sql/statement.js';
+
+/** The worker's counters a completion moves (`WorkerStats`). */
+export interface CompletionCounters {
+  completed: number;
+  failed: number;
+  /** Completions or failures refused by the fence: the lease had been lost. */
+  leaseLost: number;
+}
+
+/** What the completer needs of its worker. */
+export interface CompleterParts {
+  /** The statements' schema, channel and prepare flag. */
+  db: SqlScope;
+  /** The step pool: failures, and the check after a completion with an unknown outcome. */
+  pool: pg.Pool;
+  /** Group commit for completions without a completionTx. */
+  batcher: CompletionBatcher;
+  /** How long (ms) to keep retrying a write whose connection failed. */
+  retryDeadlineMs: number;
+  /** The worker's logger (the check after an unknown outcome logs its retries there). */
+  log: Logger;
+  counters: CompletionCounters;
+}
+
+/** One attempt being recorded: the claimed step, its transaction, its logger and backoff. */
+export interface Attempt {
+  row: ClaimedStep;
+  tx: CompletionTx;
+  /** The step's logger (bound to runId, node and attempt). */
+  log: Logger;
+  /** The action's backoff; undefined when the worker does not know the node. */
+  backoff: Backoff | undefined;
+}
+
+/** Records outcomes; one per worker. */
+export class Completer {
+  constructor(private readonly parts: CompleterParts) {}
+
+  /** Records `outcome` for `attempt`. Never rejects: what cannot be recorded is logged. */
+  async record(attempt: Attempt, outcome: Outcome): Promise<void> {
+    switch (outcome.kind) {
+      case 'completed':
+        return this.complete(attempt, outcome.output);
+      case 'retryable':
+      case 'discarded':
+        await attempt.tx.close();
+        return this.fail(attempt, outcome);
+      case 'lease_lost':
+        await attempt.tx.close();
+        this.parts.counters.leaseLost++;
+        attempt.log.warn(
+          {},
+          'lease lost while the handler ran; the step belongs to another claim now',
+        );
+        return;
+      default:
+        return outcome satisfies never;
+    }
+  }
+
+  /** Completes the step: on the handler's transaction if it opened one, else in a batch. */
+  private async complete(attempt: Attempt, output: string): Promise<void> {
+    const { row, tx, log } = attempt;
+    const { db, counters } = this.parts;
+    const c = tx.take();
+    if (c) {
+      // Complete on the handler's transaction: its writes and the transition commit together.
+      let done = 0;
+      try {
+        const r = await completeStep(c, db, {
+          runId: row.run_id,
+          node: row.node,
+          attempt: row.attempt,
+          output,
+        });
+        done = r.length;
+        if (done === 0) {
+          await c.query('ROLLBACK');
+          tx.release(c);
+          counters.leaseLost++;
+          log.warn(
+            { err: new LeaseLostError(row.run_id, row.node, row.attempt).message },
+            'completion fenced out; business writes rolled back',
+          );
+          return;
+        }
+        await c.query('COMMIT');
+        tx.release(c);
+        counters.completed++;
+        return;
+      } catch (err) {
+        tx.release(c, err);
+        if (isConnectionError(err) && done === 1 && (await this.completedByUs(row))) {
+          counters.completed++;
+          return;
+        }
+        // The transaction is rolled back (the statement failed or the connection died before
+        // COMMIT): record the attempt as failed. A deadlock or serialization failure is a
+        // conflict between transactions, not the handler's fault: the attempt is given back and
+        // retried at once, so it never uses up maxAttempts (the handler runs again).
+        if (isTransactionConflict(err)) {
+          return this.fail(
+            attempt,
+            Outcome.retryable('conflict', err, { refundAttempt: true, delayMs: 0 }),
+          );
+        }
+        return this.fail(attempt, Outcome.retryable('error', err));
+      }
+    }
+    await tx.close();
+    try {
+      // No completionTx: the batcher completes it with other steps in one statement.
+      const done = await retryTransient(
+        () => this.parts.batcher.complete(row.run_id, row.node, row.attempt, output),
+        { deadlineMs: this.parts.retryDeadlineMs, log },
+      );
+      if (done === 1 || (await this.completedByUs(row))) {
+        counters.completed++;
+      } else {
+        counters.leaseLost++;
+        log.warn(
+          { err: new LeaseLostError(row.run_id, row.node, row.attempt).message },
+          'completion fenced out',
+        );
+      }
+    } catch (err) {
+      if (isConnectionError(err) || isTransactionConflict(err)) {
+        log.error(
+          { err: String(err) },
+          'could not record completion; the lease will expire and the step run again',
+        );
+        return;
+      }
+      // The database refused the completion itself: record it as a failed attempt (with the
+      // backoff) instead of leaving the step to the sweep with its cause lost.
+      await this.fail(
+        attempt,
+        Outcome.retryable(
+          'error',
+          new Error(`the completion could not be stored: ${describeError(err)}`),
+        ),
+      );
+    }
+  }
+
+  /** After an unknown outcome: is the step completed at our attempt (our commit went through)? */
+  private async completedByUs(row: ClaimedStep): Promise<boolean> {
+    const { db, pool, retryDeadlineMs, log } = this.parts;
+    try {
+      return await retryTransient(
+        () =>
+          isStepCompletedBy(pool, db, { runId: row.run_id, node: row.node, attempt: row.attempt }),
+        { deadlineMs: retryDeadlineMs, log },
+      );
+    } catch {
+      return false;
+    }
+  }
+
+  /** Records a failed attempt (fenced): retryable after the backoff, or discarded. */
+  private async fail(attempt: Attempt, failure: Retryable | Discarded): Promise<void> {
+    const { row, log, backoff } = attempt;
+    const { db, pool, retryDeadlineMs, counters } = this.parts;
+    const override = failure.kind === 'retryable' ? failure.delayMs : undefined;
+    let delay = override ?? 0;
+    if (override === undefined && backoff) {
+      try {
+        delay = backoff(row.attempt);
+      } catch {
+        delay = 1000;
+      }
+      if (!Number.isFinite(delay) || delay < 0) delay = 1000;
+    }
+    const entry = errorEntry(failure.error, row.attempt, failure.errorKind);
+    const entryText = JSON.stringify(entry);
+    try {
+      const rows = await retryTransient(
+        () =>
+          failStep(pool, db, {
+            runId: row.run_id,
+            node: row.node,
+            attempt: row.attempt,
+            entry: entryText,
+            delayMs: delay,
+            nonRetryable: failure.kind === 'discarded',
+            workflow: row.workflow,
+            refundAttempt: failure.kind === 'retryable' && failure.refundAttempt,
+          }),
+        { deadlineMs: retryDeadlineMs, log },
+      );
+      if (rows.length === 0) {
+        counters.leaseLost++;
+        log.warn({ kind: failure.errorKind }, 'failure not recorded: the lease was already lost');
+        return;
+      }
+      counters.failed++;
+      log.warn(
+        {
+          kind: failure.errorKind,
+          err: entry.message,
+          state: rows[0]?.step_state,
+          delayMs: delay,
+        },
+        'step attempt failed',
+      );
+    } catch (err) {
+      log.error(
+        { err: String(err) },
+        'could not record the failure; the lease will expire and the step run again',
+      );
+    }
+  }
+}

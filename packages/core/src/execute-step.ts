@@ -1,0 +1,192 @@
+/**
+ * One claimed step → its `Outcome`: the node's input mapped and validated, the handler raced
+ * against its timeout, its lease and the worker's stop, the output encoded. Nothing here writes
+ * to the database; `completion.ts` records the outcome.
+ */
+import type { Context } from './context.js';
+import type { NodeDef, Workflow } from './definitions.js';
+import { describeError } from './error-entry.js';
+import {
+  InputValidationError,
+  isNonRetryable,
+  LeaseLostError,
+  PayloadError,
+  StepTimeoutError,
+  zodIssues,
+} from './errors.js';
+import { encodePayload } from './json.js';
+import type { ClaimedStep } from './sql/claim.js';
+import type { StepErrorKind } from './types.js';
+
+/**
+ * How an attempt ended, as the completion records it: one variant per transition. A new
+ * transition is a new variant here and a new case in `completion.ts` (its switch is exhaustive).
+ */
+export type Outcome = Completed | Retryable | Discarded | LeaseLost;
+
+/** The handler returned: complete the step with `output`. */
+export interface Completed {
+  readonly kind: 'completed';
+  /** The output as JSON text, already checked against the payload limit. */
+  readonly output: string;
+}
+
+/** The attempt failed: retry after the backoff, or discard once the attempts are used up. */
+export interface Retryable {
+  readonly kind: 'retryable';
+  readonly errorKind: StepErrorKind;
+  readonly error: unknown;
+  /** Give the attempt back: it was cut short by something that is not the handler's doing. */
+  readonly refundAttempt: boolean;
+  /** Delay before the next attempt instead of the action's backoff (ms). */
+  readonly delayMs: number | undefined;
+}
+
+/** The attempt failed in a way another attempt cannot mend: discard the step. */
+export interface Discarded {
+  readonly kind: 'discarded';
+  readonly errorKind: StepErrorKind;
+  readonly error: unknown;
+}
+
+/** The lease was lost while the handler ran: the step belongs to another claim; record nothing. */
+export interface LeaseLost {
+  readonly kind: 'lease_lost';
+}
+
+/** Constructors of the outcomes, one per transition. */
+export const Outcome = {
+  completed: (output: string): Completed => ({ kind: 'completed', output }),
+  retryable: (
+    errorKind: StepErrorKind,
+    error: unknown,
+    options: { refundAttempt?: boolean; delayMs?: number } = {},
+  ): Retryable => ({
+    kind: 'retryable',
+    errorKind,
+    error,
+    refundAttempt: options.refundAttempt ?? false,
+    delayMs: options.delayMs,
+  }),
+  discarded: (errorKind: StepErrorKind, error: unknown): Discarded => ({
+    kind: 'discarded',
+    errorKind,
+    error,
+  }),
+  leaseLost: (): LeaseLost => ({ kind: 'lease_lost' }),
+  /** A failure that is retryable unless `nonRetryable`. */
+  failed: (
+    errorKind: StepErrorKind,
+    error: unknown,
+    nonRetryable: boolean,
+  ): Retryable | Discarded =>
+    nonRetryable ? Outcome.discarded(errorKind, error) : Outcome.retryable(errorKind, error),
+} as const;
+
+/** What `executeStep` needs besides the step. */
+export interface ExecuteParts {
+  /** The worker's definition of the step's workflow. */
+  workflow: Workflow<unknown>;
+  /** Aborted on lease loss or a hard stop; the step's timeout aborts it too. */
+  abort: AbortController;
+  /** Makes the handler's `ctx` for the step's node. */
+  context(node: NodeDef<unknown>): Context;
+  /** Largest output stored (bytes). */
+  maxPayloadBytes: number;
+  /** Called once the handler settled (or will not run): the step's claim slot may be reused. */
+  markFinishing(): void;
+}
+
+/** Runs one claimed step's handler and says how the attempt ended; never rejects. */
+export async function executeStep(row: ClaimedStep, p: ExecuteParts): Promise<Outcome> {
+  const node = p.workflow.nodeByName.get(row.node);
+  if (!node) {
+    p.markFinishing();
+    return Outcome.discarded(
+      'input_invalid',
+      new Error(`this worker's definition of workflow '${row.workflow}' has no node '${row.node}'`),
+    );
+  }
+  const ctx = p.context(node);
+
+  let input: unknown;
+  try {
+    input = mapInput(node, row);
+  } catch (err) {
+    p.markFinishing();
+    return Outcome.discarded('input_invalid', err);
+  }
+
+  // The handler, raced against the abort (timeout, lease loss, hard stop).
+  const ac = p.abort;
+  const timeoutMs = node.action.timeoutMs;
+  const timer = timeoutMs
+    ? setTimeout(() => ac.abort(new StepTimeoutError(timeoutMs)), timeoutMs)
+    : undefined;
+  type Settled = { ok: true; value: unknown } | { ok: false; error: unknown; aborted: boolean };
+  const aborted = new Promise<Settled>((resolve) => {
+    const onAbort = () => resolve({ ok: false, error: ac.signal.reason, aborted: true });
+    if (ac.signal.aborted) onAbort();
+    else ac.signal.addEventListener('abort', onAbort, { once: true });
+  });
+  const ran = (async () => node.action.handler(ctx, input))().then(
+    (value): Settled => ({ ok: true, value }),
+    (error): Settled => ({ ok: false, error, aborted: false }),
+  );
+  const settled = await Promise.race([ran, aborted]);
+  clearTimeout(timer);
+  p.markFinishing();
+
+  if (!settled.ok) {
+    const error = settled.error;
+    if (LeaseLostError.isInstance(error)) return Outcome.leaseLost();
+    if (settled.aborted && !StepTimeoutError.isInstance(error)) {
+      // The worker's stop cut the attempt short: given back, and retried at once elsewhere.
+      return Outcome.retryable('worker_stopped', error, { refundAttempt: true, delayMs: 0 });
+    }
+    const kind = StepTimeoutError.isInstance(error)
+      ? 'timeout'
+      : isNonRetryable(error)
+        ? 'non_retryable'
+        : 'error';
+    return Outcome.failed(kind, error, isNonRetryable(error));
+  }
+
+  try {
+    return Outcome.completed(
+      encodePayload(
+        settled.value === undefined ? null : settled.value,
+        p.maxPayloadBytes,
+        `the output of node '${row.node}'`,
+      ).text,
+    );
+  } catch (err) {
+    const error =
+      err instanceof PayloadError
+        ? new PayloadError(
+            `the handler's output cannot be stored: ${err.message.replace(/ at \S+$/, '')}`,
+            err.path,
+          )
+        : err;
+    return Outcome.discarded('output_invalid', error);
+  }
+}
+
+/** The node's input: the mapping of run input and upstream outputs, validated by the action. */
+function mapInput(node: NodeDef<unknown>, row: ClaimedStep): unknown {
+  let mapped: unknown;
+  try {
+    mapped = node.input ? node.input(row.run_input, row.upstream) : row.run_input;
+  } catch (err) {
+    throw new InputValidationError(
+      row.workflow,
+      [{ path: [], message: `input mapping threw: ${describeError(err)}` }],
+      row.node,
+    );
+  }
+  const schema = node.action.inputSchema;
+  if (!schema) return mapped;
+  const r = schema.safeParse(mapped);
+  if (!r.success) throw new InputValidationError(row.workflow, zodIssues(r.error.issues), row.node);
+  return r.data;
+}

@@ -1,0 +1,79 @@
+/**
+ * A worker's two pools: one for steps (completion transactions, failures) and a small control
+ * pool for the engine's own statements, so that handlers holding transactions never starve the
+ * claims, heartbeats, sweeps and completion batches.
+ */
+import pg from 'pg';
+import type { Client } from './client.js';
+import { CONNECT_TIMEOUT_MS } from './db.js';
+import type { Logger } from './logger.js';
+
+/** The pools a worker runs on. */
+export interface WorkerPools {
+  /** Steps: completionTx, completion and failure statements. */
+  pool: pg.Pool;
+  /** Claims, heartbeats, the sweep, batched completions. */
+  controlPool: pg.Pool;
+  /** True when the worker made them and must end them; false for the client's own pool. */
+  owned: boolean;
+}
+
+/**
+ * Two pools of the worker's own when the client was made from a connection string (the step
+ * pool of `poolSize` connections, the control pool of 3); else the client's pool for both.
+ */
+export function makeWorkerPools(client: Client, poolSize: number, log: Logger): WorkerPools {
+  const url = client.connectionString;
+  if (!url) return { pool: client.pool, controlPool: client.pool, owned: false };
+  // The control pool runs the engine's own statements only (never a handler's query), with two
+  // planner settings:
+  // - no bitmap scans: right after a burst of submissions, before autovacuum has analyzed the
+  //   table, the planner thinks the claimable backlog is tiny and would read all of it through
+  //   a bitmap scan and a sort on every claim, instead of the claim index in scheduled_at order;
+  // - generic plans: a statement over arrays (`unnest($1)`) is otherwise planned again on every
+  //   execution, and at some batch sizes the per-call plan is a worse one, while the generic
+  //   plan goes by the primary key at every size.
+  // test/prepared.test.ts checks both plans. A session SET, not a startup option (PgBouncer
+  // refuses unknown startup parameters); not sent when prepared statements are off, the sign of
+  // a transaction-pooling proxy, where a session setting would land on whichever server
+  // connection runs it. Three connections: a claim and a completion batch in flight, and one
+  // for the heartbeat and the sweep.
+  const controlSql = client.db.prepare
+    ? 'SET enable_bitmapscan = off; SET plan_cache_mode = force_generic_plan'
+    : undefined;
+  return {
+    pool: makePool(url, poolSize, log),
+    controlPool: makePool(url, 3, log, controlSql),
+    owned: true,
+  };
+}
+
+/**
+ * One pool. `onConnectSql` runs on each new connection before it is handed out (pg-pool awaits
+ * it); a failure is only logged: the settings are planner hints, and the statements work
+ * without them.
+ */
+function makePool(
+  connectionString: string,
+  max: number,
+  log: Logger,
+  onConnectSql?: string,
+): pg.Pool {
+  const p = new pg.Pool({
+    connectionString,
+    max,
+    connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
+    keepAlive: true,
+    ...(onConnectSql
+      ? {
+          onConnect: async (c: pg.ClientBase) => {
+            await c.query(onConnectSql).catch((err: Error) => {
+              log.warn({ err: err.message }, `could not run "${onConnectSql}"`);
+            });
+          },
+        }
+      : {}),
+  });
+  p.on('error', (err) => log.warn({ err: err.message }, 'idle connection lost'));
+  return p;
+}
