@@ -17,8 +17,8 @@ import {
 } from '@cyclone/idempotency';
 import type { MailDataRequired, MailService } from '@sendgrid/mail';
 import { classifySendGridError } from './classify.js';
+import { eventsForKey } from './reconcile.js';
 import type { SendgridDb } from './tables.js';
-import { eventsForKey } from './webhook.js';
 
 /** What a guarded send returns (and what the ledger stores and replays). JSON. */
 export interface SentMail {

@@ -11,7 +11,6 @@ export {
   DEFAULT_MAIL_TIMEOUT_MS,
   type MailServiceOptions,
 } from './mail-service.js';
-export { migrateSendgrid, type Queryable, type SendgridDb } from './tables.js';
 export {
   EVENT_SIGNATURE_HEADER,
   EVENT_TIMESTAMP_HEADER,
@@ -23,4 +22,5 @@ export {
   handleEventWebhook,
   type RecordedEvent,
   verifyEventWebhookSignature,
-} from './webhook.js';
+} from './reconcile.js';
+export { migrateSendgrid, type Queryable, type SendgridDb } from './tables.js';

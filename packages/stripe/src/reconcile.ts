@@ -1,8 +1,9 @@
 /**
- * Reconciliation past Stripe's key window (PROVIDERS.md § 1.6, § 4.2 policy `reconcile`): list
- * the objects of the call's collection created since the call started, and look for our marker
- * `metadata.cyclone_key`. Lists are strongly consistent (unlike Search, which may lag by up to an
- * hour), so "not found" means "not created".
+ * The evidence that settles an unknown outcome past Stripe's key window (this adapter's
+ * reconciliation source, as `reconcile.ts` is in each adapter): list the objects of the call's
+ * collection created since the call started, and look for our marker `metadata.cyclone_key`.
+ * Lists are strongly consistent (unlike Search, which may lag by up to an hour), so "not found"
+ * means "not created".
  */
 import { METADATA_KEYS } from './keys.js';
 

@@ -21,7 +21,7 @@ import type {
   MessageListInstanceCreateOptions,
 } from 'twilio/lib/rest/api/v2010/account/message.js';
 import { classifyTwilioError } from './classify.js';
-import { callbacksForKey, statusCallbackUrl } from './status-callback.js';
+import { callbacksForKey, statusCallbackUrl } from './reconcile.js';
 import type { TwilioDb } from './tables.js';
 
 /** What a guarded create returns (and what the ledger stores and replays). JSON. */

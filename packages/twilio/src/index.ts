@@ -21,5 +21,5 @@ export {
   type StatusCallbackResult,
   statusCallbackListener,
   statusCallbackUrl,
-} from './status-callback.js';
+} from './reconcile.js';
 export { migrateTwilio, type Queryable, type TwilioDb } from './tables.js';

@@ -1,9 +1,10 @@
 /**
- * The Event Webhook handler (PROVIDERS.md § 2.2, § 2.5): SendGrid POSTs a JSON array of events
- * for every message it accepted, each event carrying the message's `custom_args` as extra
+ * The evidence that settles an unknown outcome (this adapter's reconciliation source, as
+ * `reconcile.ts` is in each adapter): SendGrid's Event Webhook. SendGrid POSTs a JSON array of
+ * events for every message it accepted, each event carrying the message's `custom_args` as extra
  * top-level keys. The handler records the events that carry a `cyclone_key` into
- * `<schema>.cyclone_sendgrid_events`; the adapter's `reconcile` policy reads them to settle an
- * unknown outcome without sending again.
+ * `<schema>.cyclone_sendgrid_events`; the adapter's `'reconcile'` policy reads them back
+ * (`eventsForKey`) to settle an unknown outcome without sending again.
  *
  * Any event type proves that SendGrid accepted the request (`processed` comes first; `delivered`,
  * `deferred`, `bounce`, `dropped`, `open`, … all follow acceptance), so every type is recorded.

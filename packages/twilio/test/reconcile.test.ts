@@ -1,5 +1,5 @@
 /**
- * The status-callback handler against real PostgreSQL, fed by the fake's signed callbacks:
+ * reconcile.ts: the status-callback handler against real PostgreSQL, fed by the fake's signed callbacks:
  * `X-Twilio-Signature` verified with the real `twilio.validateRequest` over the public URL,
  * recording by `ck`, dedupe of repeated deliveries.
  */

@@ -1,5 +1,5 @@
 /**
- * The Event Webhook handler against real PostgreSQL, fed by the fake's webhook emulation:
+ * reconcile.ts: the Event Webhook handler against real PostgreSQL, fed by the fake's webhook emulation:
  * recording by `cyclone_key`, dedupe by `sg_event_id`, the Signed Event Webhook check.
  */
 import { createServer, type Server } from 'node:http';

@@ -1,10 +1,12 @@
 /**
- * Status callbacks (PROVIDERS.md § 3.2): the adapter adds `ck=<idempotency key>` to the message's
- * `StatusCallback` URL; Twilio POSTs the message's status changes (from `sent` on; there is no
+ * The evidence that settles an unknown outcome (this adapter's reconciliation source, as
+ * `reconcile.ts` is in each adapter): Twilio's status callbacks. The adapter adds
+ * `ck=<idempotency key>` to the message's `StatusCallback` URL; Twilio POSTs the message's status changes (from `sent` on; there is no
  * callback for `queued`/`accepted`) to that URL, signed with `X-Twilio-Signature` over the full
  * URL, query included. The handler verifies the signature with the real `twilio.validateRequest`
  * and records the callback under its key into `<schema>.cyclone_twilio_callbacks`, where the
- * adapter's reconciler finds the message SID of a key whose create call had an unknown outcome.
+ * adapter's `'reconcile'` policy finds (`callbacksForKey`) the message SID of a key whose create
+ * call had an unknown outcome, before it falls back to Twilio's message list.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import twilio from 'twilio';
