@@ -4,54 +4,10 @@
  */
 import type { ZodType } from 'zod';
 import type { Client } from './client.js';
+import type { Context } from './context.js';
 import { MAX_TIMER_MS } from './db.js';
 import { WorkflowDefinitionError } from './errors.js';
-import type { Logger } from './logger.js';
-import type { Json, SubmitOnceResult, SubmitOptions, SubmitResult, Tx } from './types.js';
-
-/**
- * The handler's `ctx` (API.md § Context). `runId` and `node` identify the step for its whole
- * life, across retries, lease reclaims and operator retries; `attempt` is the fencing token of
- * this claim and is for logs and metrics only, never for idempotency keys.
- */
-export interface Context {
-  /** The run's id (uuid). */
-  readonly runId: string;
-  /** The node's name in the workflow. */
-  readonly node: string;
-  /** 1 on the first claim, +1 on every claim (including lease reclaims and operator retries). */
-  readonly attempt: number;
-  /** The workflow's name. */
-  readonly workflow: string;
-  /** The action's name. */
-  readonly action: string;
-  /**
-   * Aborted on the action's timeout (reason: `StepTimeoutError`), on lease loss (reason:
-   * `LeaseLostError`) and on a worker's hard stop. Pass it to fetch/SDK calls.
-   */
-  readonly signal: AbortSignal;
-  /**
-   * Opens, on first call, the transaction that will also complete the step; later calls return
-   * the same one. Writes made on it commit together with the step's `completed` transition, or
-   * not at all (rolled back when the handler throws, times out or lost its lease).
-   */
-  completionTx(): Promise<Tx>;
-  /**
-   * The output of a completed upstream node (any ancestor in the DAG).
-   * @throws Error when `node` is not an ancestor of this node.
-   */
-  upstream<T = Json>(node: string): T;
-  /** A logger bound to runId, node and attempt. */
-  readonly log: Logger;
-  /** The client of the worker running the step (its pool, schema and operator API). */
-  readonly client: Client;
-  /**
-   * Re-checks this claim's fence in the database: resolves when the step is still `running` at
-   * this attempt, so the lease is held.
-   * @throws LeaseLostError when it is not (reclaimed, timed out, cancelled).
-   */
-  assertLease(): Promise<void>;
-}
+import type { Json, SubmitOnceResult, SubmitOptions, SubmitResult } from './types.js';
 
 /** Backoff policy: the delay in ms before attempt `attempt + 1`, given the failed `attempt`. */
 export type Backoff = (attempt: number) => number;
