@@ -1,6 +1,7 @@
 /**
- * The typed errors of `@cyclone/idempotency` (CONVENTIONS.md § Code: classes with a stable
- * `code` and the data a caller needs). Adapters rethrow these as they are.
+ * The typed errors of `@cyclone/idempotency`: classes with a stable `code` and the data a caller
+ * needs, so that callers branch on data rather than on message text. Adapters rethrow these as
+ * they are.
  *
  * Two families, because the step runner of `@cyclone/core` retries any error except a
  * `NonRetryableError`:
@@ -208,7 +209,8 @@ export class NotSentError extends CycloneError {
 
 /**
  * An earlier attempt's call under this key may still be in flight (a zombie whose lease was
- * lost): within the quiet period nobody else calls (PROVIDERS.md § 4.2; the IETF draft's 409).
+ * lost): within the quiet period nobody else calls, as an HTTP API answers 409 to a request
+ * whose key is still being processed.
  * Retryable: the step's backoff spaces the next look. `retryAfterMs` is what is left of the quiet
  * period.
  */

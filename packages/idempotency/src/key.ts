@@ -1,5 +1,5 @@
 /**
- * Idempotency keys (ARCHITECTURE.md § Idempotency): `${runId}:${node}` for the step, or
+ * Idempotency keys: `${runId}:${node}` for the step, or
  * `${runId}:${node}:${scope}` for one of several external calls in a handler. Stable for the
  * life of the node — across retries, lease reclaims and operator retries — because it never
  * contains the attempt.
@@ -44,7 +44,7 @@ export function checkScope(scope: unknown): asserts scope is string {
  * The idempotency key of a step (`${runId}:${node}`) or of one external call of it
  * (`${runId}:${node}:${scope}`). Pass it to the provider (Stripe's `Idempotency-Key`, a
  * `custom_args` marker) or to a unique column. Never contains the attempt, so it is the same on
- * every attempt and after an operator retry (API.md § @cyclone/idempotency).
+ * every attempt and after an operator retry.
  * @param ctx the handler's context (only `runId` and `node` are read).
  * @param scope one per distinct external call of the handler; see `SCOPE` for what is allowed.
  * @throws IdempotencyKeyError for an empty, too long (> 200 characters) or badly formed scope.
@@ -61,8 +61,8 @@ export function idempotencyKey(ctx: Pick<Context, 'runId' | 'node'>, scope?: str
 /**
  * The key sent to a provider for a ledger generation: the key itself for generation 0, else
  * `${key}#g${generation}`. The generation is bumped only when an operator retries a step whose
- * call failed definitively (PROVIDERS.md § 1.6), so the provider does not replay its cached
- * failure; an unknown outcome never changes the key.
+ * call failed definitively, so that a provider which caches answers by key (Stripe) does not
+ * replay its cached failure; an unknown outcome never changes the key.
  */
 export function nativeKey(key: string, generation: number): string {
   return generation > 0 ? `${key}#g${generation}` : key;

@@ -1,6 +1,6 @@
 /**
  * The ledger outside a handler: its migration, inspection, operator resolution of unknown
- * outcomes, and retention (PROVIDERS.md § 4.2, 5).
+ * outcomes, and retention.
  */
 import { type Client, type Json, PayloadError } from '@cyclone/core';
 import { applyMigrations, toJson } from '@cyclone/core/internal';
@@ -20,7 +20,7 @@ export async function migrateIdempotency(client: Client): Promise<string[]> {
   return applyMigrations(client.pool, client.schema, 'idempotency', migrations);
 }
 
-/** Ledger phases (ARCHITECTURE.md § Idempotency; PROVIDERS.md § 4.2). */
+/** Ledger phases: where a key's call stands (see `LedgerEntry.phase`). */
 export type LedgerPhase = 'started' | 'succeeded' | 'failed' | 'unknown';
 
 /** One ledger row (`cyclone_idempotency`), as `getLedgerEntry` returns it. */
@@ -197,7 +197,7 @@ export interface ReapOptions {
   /**
    * Minimum age in ms of a finished run (since its `completed_at`) before its rows go. Keep it
    * longer than anyone would retry a cancelled run, and never shorter than the providers' key
-   * windows (Stripe: 24 h); Brandur suggests about 72 h (PROVIDERS.md § 4.1).
+   * windows (Stripe: 24 h); about 72 h leaves a margin over those windows for late retries.
    */
   olderThanMs: number;
   /**
@@ -211,7 +211,7 @@ export interface ReapOptions {
 }
 
 /**
- * Retention (PROVIDERS.md § 4.2, 5): deletes the ledger rows of finished runs (completed, or
+ * Retention: deletes the ledger rows of finished runs (completed, or
  * cancelled) that finished more than `olderThanMs` ago, in bounded batches, and never rows of
  * `running` or `failed` runs — an operator retry of those may still need them. Rows of deleted
  * runs go with the run (foreign key, `ON DELETE CASCADE`).

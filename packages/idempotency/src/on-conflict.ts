@@ -1,7 +1,7 @@
 /**
- * `ON CONFLICT` helpers for Postgres side effects that must not wait for the step's completion
- * (ARCHITECTURE.md § The crash matrix, row 2: "the (runId, node) key or ON CONFLICT removes the
- * duplicate").
+ * `ON CONFLICT` helpers for Postgres side effects that must not wait for the step's completion:
+ * a crash after such a write and before the step completes makes the next attempt write again,
+ * and the `(run_id, node)` key turns that second write into a no-op.
  *
  * Prefer `ctx.completionTx()` for writes to Cyclone's own database: they then commit with the
  * step's completion or not at all — exactly once, no key needed. Use these helpers when the

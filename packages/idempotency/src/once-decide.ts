@@ -125,7 +125,7 @@ interface Queryable {
 }
 
 /**
- * The branch on an existing row (PROVIDERS.md § 4.2, step 1), inside the claim transaction with
+ * The decision on an existing row (step 1 of the protocol), inside the claim transaction with
  * the row locked:
  * - another request hash → `IdempotencyMismatchError`;
  * - `succeeded` → replay the stored result;

@@ -58,7 +58,7 @@ export interface ReconcileInfo {
 export type Reconcile<T> = (key: string, info: ReconcileInfo) => Promise<T | undefined>;
 
 /**
- * What to do with an unknown outcome once the quiet period is over (PROVIDERS.md § 4.2, 4):
+ * What to do with an unknown outcome once the quiet period is over:
  * - `'fail'` (default): discard the step with `UnknownOutcomeError` for an operator: at most
  *   once, never a duplicate, but a human decides;
  * - `'recall'`: call again with the same key: right when the provider deduplicates by key
@@ -80,7 +80,7 @@ export interface OnceOptions<T> {
   onUnknown?: UnknownPolicy<NoInfer<T>>;
   /**
    * How long after a call was let through its outcome may still arrive — the call's worst-case
-   * duration (timeout × (retries + 1) + backoff; PROVIDERS.md § 4.2). Within it, an unknown
+   * duration (timeout × (retries + 1) + backoff). Within it, an unknown
    * outcome left by an earlier attempt is "in progress" (retryable `InProgressError`), never
    * called over. Default `DEFAULT_QUIET_PERIOD_MS` (60 s: enough for a call with a 30 s timeout
    * and one retry). Set it per provider; keep per-call timeouts below it.
@@ -88,7 +88,7 @@ export interface OnceOptions<T> {
   quietPeriodMs?: number;
   /**
    * Classifies a failed call; return `undefined` to fall back to `classifyError`. Adapters pass
-   * their provider's table (PROVIDERS.md § 4.2).
+   * their provider's table.
    */
   classify?: (err: unknown) => Outcome | undefined;
   /** Label stored with the row and hashed with the request, e.g. `stripe`. */

@@ -1,5 +1,5 @@
 /**
- * `once`: the durable check-then-act guard around one external call (PROVIDERS.md § 4.2).
+ * `once`: the durable check-then-act guard around one external call.
  * At most one successful call per key; its result is replayed on every later call, whatever its
  * age. The protocol, in short:
  *
@@ -58,7 +58,7 @@ function stateOf(ctx: Context): CtxState {
 }
 
 /**
- * Runs the external call `fn` at most once successfully per key, durably (PROVIDERS.md § 4.2):
+ * Runs the external call `fn` at most once successfully per key, durably:
  * the key is `idempotencyKey(ctx, options.scope)`; a `succeeded` ledger row returns its stored
  * result without calling, on any later attempt and after any time.
  *

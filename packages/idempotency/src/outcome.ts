@@ -1,7 +1,6 @@
 /**
- * The outcome classification every adapter reuses (PROVIDERS.md § 4.2, "Error classification the
- * adapters should expose"): what a failed provider call means for the effect, and so what the
- * ledger records and whether a later attempt may call again.
+ * The outcome classification every adapter reuses: what a failed provider call means for the
+ * effect, and so what the ledger records and whether a later attempt may call again.
  */
 import { NonRetryableError } from '@cyclone/core';
 
@@ -52,7 +51,7 @@ export function isOutcome(value: unknown): value is Outcome {
 }
 
 /**
- * Classifies an HTTP error status (PROVIDERS.md § 4.2 table, generalised):
+ * Classifies an HTTP error status, by what each range says about the request's execution:
  * 408, 425 and 429 → `not_sent` (the server did not process the request); 409 → `conflict`;
  * any other 4xx → `definitive`; 5xx and anything else → `ambiguous` (a 500 may have been
  * executed: Stripe stores executed 500s, SendGrid and Twilio document nothing).

@@ -1,7 +1,8 @@
 /**
- * Every statement on the ledger, in one place (CONVENTIONS.md § Layout). Each takes the quoted
- * schema (`client.db.q`) and returns SQL text; values always travel as parameters. Every statement
- * touches the rows of one run (ARCHITECTURE.md § Data model).
+ * Every statement on the ledger, in one place, so that one file answers "what touches the
+ * ledger". Each takes the quoted schema (`client.db.q`) and returns SQL text; values always
+ * travel as parameters. Every statement touches the rows of one run (the primary key leads with
+ * `run_id`), so none scans the table.
  *
  * The step fence — "the step is still `running` at this attempt", the predicate of
  * `ctx.assertLease()` — is embedded in each statement that lets a call through, so the fence
@@ -18,7 +19,7 @@ import {
 export const LEDGER_TABLE = 'cyclone_idempotency';
 
 /**
- * Step 1 of PROVIDERS.md § 4.2, the fast path, in one round trip: inserts the key as `started`,
+ * Step 1 of `once`'s protocol, the fast path, in one round trip: inserts the key as `started`,
  * owned by this attempt, with the call stamped now — only while the step fence holds — and
  * returns `inserted = true`. When the key exists (committed before this statement), returns its
  * phase, request hash and result instead (`inserted = false`), so a replay of a `succeeded` row
@@ -119,7 +120,7 @@ RETURNING owner_attempt`;
 
 /**
  * Records the outcome of a failed call, fenced by owner, generation and phase `started`
- * (PROVIDERS.md § 4.2, step 3). $1 run_id, $2 key, $3 attempt, $4 generation, $5 phase
+ * (step 3 of `once`'s protocol). $1 run_id, $2 key, $3 attempt, $4 generation, $5 phase
  * (`failed`, `unknown` or `started`), $6 error jsonb, $7 keep the call stamp (false for not
  * sent: no call in flight any more).
  */

@@ -1,6 +1,6 @@
 /**
- * What a failed `@sendgrid/mail` send means for the e-mail (PROVIDERS.md § 2.4, § 2.5 table).
- * The SDK rejects with one of three shapes:
+ * What a failed `@sendgrid/mail` send means for the e-mail, by what SendGrid documents of each
+ * answer. The SDK rejects with one of three shapes:
  * - `ResponseError` (HTTP status ≥ 400): `code` is the status (a number), `response.body` is
  *   `{ errors: [{ message, field, help }] }`;
  * - a raw `AxiosError` (`isAxiosError`, no `response`): a transport failure, `code`
@@ -29,7 +29,7 @@ export function isSendGridResponseError(err: unknown): err is ResponseErrorLike 
 }
 
 /**
- * Classifies a failed send (PROVIDERS.md § 2.5):
+ * Classifies a failed send:
  * - HTTP 400, 401, 403, 404, 405, 413 → `definitive` (SendGrid refused it: nothing was sent);
  * - 429 → `not_sent` (throttled before acceptance; retried with the same key);
  * - 5xx → `ambiguous` (undocumented whether it was accepted);

@@ -1,9 +1,9 @@
 /**
- * `idempotentMail`: `@sendgrid/mail` sends that a retry never repeats (PROVIDERS.md § 2, § 4.2).
- * SendGrid's Mail Send API has no idempotency key (§ 2.1), so the Postgres ledger of
- * `@cyclone/idempotency` is the only guard: every message goes through `once`, keyed by the
- * step (`${runId}:${node}[:${scope}]`), tagged with `custom_args.cyclone_key` (and run and node)
- * so any copy can be traced (§ 2.2), its `X-Message-Id` stored as the provider reference.
+ * `idempotentMail`: `@sendgrid/mail` sends that a retry never repeats. SendGrid's Mail Send API
+ * has no idempotency key, so the Postgres ledger of `@cyclone/idempotency` is the only guard:
+ * every message goes through `once`, keyed by the step (`${runId}:${node}[:${scope}]`), tagged
+ * with `custom_args.cyclone_key` (and run and node), which SendGrid echoes in every event, so any
+ * copy can be traced; its `X-Message-Id` is stored as the provider reference.
  */
 import type { Context } from '@cyclone/core';
 import {
@@ -26,7 +26,7 @@ export interface SentMail {
   statusCode: number;
   /**
    * SendGrid's `X-Message-Id` of the request: the prefix of every per-recipient
-   * `sg_message_id` in events and the Activity API (PROVIDERS.md § 2.2). Null if the response
+   * `sg_message_id` in events and the Activity API. Null if the response
    * had none.
    */
   messageId: string | null;
@@ -34,7 +34,7 @@ export interface SentMail {
 
 /**
  * What to do when an earlier attempt's send has an unknown outcome (a timeout, a reset after
- * the request was written, a 5xx: PROVIDERS.md § 2.5), once the quiet period is over:
+ * the request was written, a 5xx), once the quiet period is over:
  * - `'fail'` (default): discard the step with `UnknownOutcomeError` for an operator. Never a
  *   duplicate; a human checks SendGrid (Activity, or the events table) and resolves the key.
  * - `'reconcile'`: look the key up in the Event Webhook table (see `eventWebhookListener`): an
@@ -83,7 +83,7 @@ export interface IdempotentMailOptions {
 /** The guarded surface: `@sendgrid/mail`'s `send` and `sendMultiple`, without callbacks. */
 export interface IdempotentMail {
   /**
-   * Sends one e-mail at most once per key (PROVIDERS.md § 4.2): a `succeeded` ledger row returns
+   * Sends one e-mail at most once per key: a `succeeded` ledger row returns
    * its stored result without sending, a `failed` one replays its error.
    * @param isMultiple the SDK's flag: every `to` gets its own personalization (one request).
    * @throws `DefinitiveFailureError` (400/401/403/404/405/413, or a mail the SDK rejected; not
@@ -120,8 +120,8 @@ function cycloneArgs(key: string, ctx: Context): Record<string, string> {
 
 /**
  * A deep copy of `msg` with the Cyclone custom args set at the top level and in every
- * personalization that has custom args of its own (those override the top level, PROVIDERS.md
- * § 2.2), replacing any the caller set. The SDK mutates what it is given; the copy protects the
+ * personalization that has custom args of its own (SendGrid lets those override the top
+ * level), replacing any the caller set. The SDK mutates what it is given; the copy protects the
  * caller's object and the request hash.
  */
 function tag(msg: MailDataRequired, args: Record<string, string>): MailDataRequired {
@@ -227,8 +227,8 @@ export function idempotentMail(
 }
 
 /**
- * The `'reconcile'` policy: an Event Webhook event recorded under the key proves SendGrid
- * accepted the request (PROVIDERS.md § 2.2) → its result; no event → an operator (or, past
+ * The `'reconcile'` policy: an Event Webhook event recorded under the key proves SendGrid accepted
+ * the request (events follow acceptance only) → its result; no event → an operator (or, past
  * `assumeNotSentAfterMs`, `undefined`: not sent, send again).
  */
 function reconcileFromEvents(

@@ -1,8 +1,8 @@
 /**
- * Building a `MailService` that is safe for the adapter and for tests (PROVIDERS.md § 2.3): its
- * own `Client` (never the process-wide singletons), `setApiKey` before `baseUrl` (setApiKey
- * resets the base URL), and a request timeout (the SDK has none by default, so an unbounded
- * call could outlive the step's lease).
+ * Building a `MailService` that is safe for the adapter and for tests: its own `Client` (never the
+ * process-wide singletons), `setApiKey` before `baseUrl` (setApiKey resets the base URL), and a
+ * request timeout (the SDK has none by default, so an unbounded call could outlive the step's
+ * lease).
  */
 import { Client } from '@sendgrid/client';
 import { MailService } from '@sendgrid/mail';

@@ -1,6 +1,6 @@
 /**
- * Outcome classification of a failed Stripe call (PROVIDERS.md § 4.2, the Stripe row of the
- * classification table; § 1.3 and § 1.4 for the SDK's errors).
+ * Outcome classification of a failed Stripe call, from the error classes and fields the `stripe`
+ * SDK gives it.
  */
 import { classifyError, type Outcome, type OutcomeKind } from '@cyclone/idempotency';
 
@@ -49,7 +49,7 @@ function kindOf(e: StripeErrorLike & { type: string }): OutcomeKind {
  *   parameters or on another endpoint: the handler is not deterministic; never retried.
  * - `conflict`: HTTP 409 or code `idempotency_key_in_use`: a request with this key is still in
  *   flight at Stripe; retry later with the same key (the SDK maps any v1 409 to
- *   `StripeAPIError`, § 1.2).
+ *   `StripeAPIError`).
  * - `not_sent`: 429 `StripeRateLimitError` (the rate limiter sits in front of the idempotency
  *   layer) and a `StripeConnectionError` for a refused connection or a DNS failure.
  * - `definitive`: any other 4xx: 400/404 `StripeInvalidRequestError`, 401, 402 `StripeCardError`,

@@ -1,8 +1,8 @@
 /**
  * `idempotentStripe(stripe, ctx, options?)`: the official Stripe client, for one handler
  * attempt, in which every mutating request carries the step's idempotency key and runs under the
- * durable ledger guard of `@cyclone/idempotency` (`once`). PROVIDERS.md § 1.6 is the design;
- * § 4.2 the ledger protocol.
+ * durable ledger guard of `@cyclone/idempotency` (`once`): Stripe's own key deduplication
+ * covers a re-sent request for 24 h, the ledger covers every attempt after that.
  */
 import type { Context } from '@cyclone/core';
 import {
@@ -29,14 +29,14 @@ import { findByMarker, METADATA_COLLECTIONS, RECONCILABLE_COLLECTIONS } from './
 
 /**
  * How long after a call Stripe still replays its key, as the adapter counts it: 23 h in ms.
- * Stripe keeps keys for *at least* 24 h (PROVIDERS.md § 1.2); the hour of margin covers clock
+ * Stripe keeps keys for *at least* 24 h; the hour of margin covers clock
  * skew between the database (which stamps the call) and this process.
  */
 export const DEFAULT_REPLAY_WINDOW_MS = 23 * 60 * 60 * 1000;
 
 /**
  * What to do with a call whose outcome is unknown (a lost response, a timeout, a 5xx, a crash
- * between Stripe's answer and the ledger write), on the next attempt (PROVIDERS.md § 4.2, 4):
+ * between Stripe's answer and the ledger write), on the next attempt:
  * - `'reconcile'` (default): within the replay window (`replayWindowMs`, 23 h) re-send with the
  *   same key, which Stripe deduplicates (a replay, or 409 while the first is still in flight);
  *   past it, list the collection with `created[gte]` and match our `metadata.cyclone_key`: found
@@ -72,8 +72,8 @@ export interface IdempotentStripeOptions {
   quietPeriodMs?: number;
   /**
    * Per-request timeout passed to the SDK (`RequestOptions.timeout`) unless the request sets its
-   * own. Default: the client's (stripe-node's default is 80,000 ms; PROVIDERS.md § 1.6 suggests
-   * about 30,000 and keeping it below the step's lease and timeout).
+   * own. Default: the client's (stripe-node's default is 80,000 ms). About 30,000 keeps a hung
+   * request from outliving the step's lease and timeout, which should stay above it.
    */
   timeoutMs?: number;
   /**
@@ -171,12 +171,12 @@ function ledgerResponse(key: string) {
 }
 
 /**
- * Wraps the official Stripe client for one handler attempt (API.md § Adapters). The result has
+ * Wraps the official Stripe client for one handler attempt. The result has
  * the client's own type and surface: resources, nested resources (`stripe.billing.meters`),
  * `rawRequest`, events and configuration. GET and DELETE requests (retrieve, list, search,
  * auto-pagination) go to Stripe untouched. Every POST request:
  *
- * - carries an `Idempotency-Key` (PROVIDERS.md § 1.6): `${runId}:${node}` for the attempt's first
+ * - carries an `Idempotency-Key`: `${runId}:${node}` for the attempt's first
  *   mutating call, `${runId}:${node}:call2`, `…:call3` for the next ones in call order (or the
  *   wrapper's `scope`, see `IdempotentStripeOptions.scope`), `#g<n>` appended after an operator
  *   retry of a definitive failure, and keys over 255 characters cut to 189 characters plus
@@ -289,7 +289,7 @@ export function idempotentStripe<S extends Stripe>(
           return res;
         } catch (err) {
           // Stripe stores an executed 5xx under the key and replays it: a re-sent call that gets
-          // a 5xx again must not loop (PROVIDERS.md § 4.2, 4). Look for the object instead.
+          // a 5xx again must not loop on the stored answer. Look for the object instead.
           if (info.recall && is5xx(err) && reconcilable) {
             // Since 26 h ago: the default policy re-sends only within the 23 h replay window.
             const since = Date.now() / 1000 - 26 * 3600;

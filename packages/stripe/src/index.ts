@@ -1,8 +1,7 @@
 /**
  * `@cyclone/stripe`: the official Stripe SDK for Cyclone handlers, with automatic, stable
  * idempotency keys and the durable ledger guard of `@cyclone/idempotency` around every mutating
- * call (API.md § Adapters; PROVIDERS.md § 1). The fake Stripe API for tests is
- * `@cyclone/stripe/testing`.
+ * call. The fake Stripe API for tests is `@cyclone/stripe/testing`.
  */
 export { classifyStripeError } from './classify.js';
 export {

@@ -1,13 +1,14 @@
 /**
- * Scopes of the calls one handler makes, the caller's own keys, and the metadata marker
- * (PROVIDERS.md § 1.6). The ledger key of a call is `${runId}:${node}[:${scope}]`
- * (`@cyclone/idempotency`); the Stripe `Idempotency-Key` is that key, plus `#g<n>` from the
- * second generation on, bounded to Stripe's 255 characters (`#h<sha256>` tail).
+ * Scopes of the calls one handler makes, the caller's own keys, and the metadata marker that
+ * lets a lost object be found by listing. The ledger key of a call is
+ * `${runId}:${node}[:${scope}]` (`@cyclone/idempotency`); the Stripe `Idempotency-Key` is that
+ * key, plus `#g<n>` from the second generation on, bounded to Stripe's 255 characters
+ * (`#h<sha256>` tail).
  */
 import { createHash } from 'node:crypto';
 import { boundKey, MAX_SCOPE_LENGTH } from '@cyclone/idempotency';
 
-/** Longest idempotency key Stripe accepts, in characters (PROVIDERS.md § 1.2). */
+/** Longest idempotency key Stripe accepts, in characters. */
 export const MAX_STRIPE_KEY_LENGTH = 255;
 
 /** Longest metadata value Stripe accepts, in characters (https://docs.stripe.com/api/metadata). */
@@ -16,7 +17,9 @@ export const MAX_METADATA_VALUE_LENGTH = 500;
 /** Most metadata keys an object can hold. */
 export const MAX_METADATA_KEYS = 50;
 
-/** Metadata keys the adapter adds to objects that take metadata (PROVIDERS.md § 1.6). */
+/**
+ * Metadata keys the adapter adds to objects that take metadata, to find them after a lost answer.
+ */
 export const METADATA_KEYS = {
   /** The `Idempotency-Key` the object was created with (generation suffix included). */
   key: 'cyclone_key',

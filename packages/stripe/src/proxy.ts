@@ -31,7 +31,10 @@ export interface MutatingCall {
 /** Handles a mutating request; its promise is what the caller's method call returns. */
 export type Interceptor = (call: MutatingCall) => Promise<unknown>;
 
-/** HTTP methods that carry Stripe idempotency keys and are guarded (PROVIDERS.md § 1.2). */
+/**
+ * HTTP methods that carry Stripe idempotency keys and are guarded (Stripe ignores keys on GET and
+ * DELETE).
+ */
 const MUTATING = new Set(['POST']);
 
 type AnyFn = (...args: unknown[]) => unknown;

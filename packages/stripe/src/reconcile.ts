@@ -8,8 +8,8 @@
 import { METADATA_KEYS } from './keys.js';
 
 /**
- * Collections whose create call takes `metadata` (the adapter adds its marker there,
- * PROVIDERS.md § 1.6). A POST to any other path gets no metadata.
+ * Collections whose create call takes `metadata` (the adapter adds its marker there, so a lost
+ * object can be found by it). A POST to any other path gets no metadata.
  */
 export const METADATA_COLLECTIONS: ReadonlySet<string> = new Set([
   '/v1/charges',

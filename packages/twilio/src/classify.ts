@@ -1,10 +1,10 @@
 /**
- * What a failed `messages.create` means for the message (PROVIDERS.md § 3.4, § 3.5 table). The
- * SDK rejects with one of three shapes:
- * - `RestException` (legacy body) or `TwilioServiceException` (RFC 9457 body): `status` is the
- *   HTTP status, `code` Twilio's error code (21211, 20503, …);
- * - a raw `AxiosError` (`isAxiosError`): a transport failure, `code` `ECONNREFUSED`,
- *   `ECONNRESET`, `ECONNABORTED` (timeout), …;
+ * What a failed `messages.create` means for the message, by what Twilio documents of each answer.
+ * The SDK rejects with one of three shapes:
+ * - `RestException` (legacy body) or `TwilioServiceException` (RFC 9457 body): `status` is the HTTP
+ *   status, `code` Twilio's error code (21211, 20503, …);
+ * - a raw `AxiosError` (`isAxiosError`): a transport failure, `code` `ECONNREFUSED`, `ECONNRESET`,
+ *   `ECONNABORTED` (timeout), …;
  * - any other error: thrown by the SDK before any request (a required parameter missing).
  */
 import { classifyError, classifyHttpStatus, type Outcome } from '@cyclone/idempotency';
@@ -28,7 +28,7 @@ export function isTwilioHttpError(err: unknown): err is TwilioHttpError {
 }
 
 /**
- * Classifies a failed create (PROVIDERS.md § 3.5):
+ * Classifies a failed create:
  * - 4xx with a Twilio code (21211 invalid To, 21610 unsubscribed, 21408, 20003, …) →
  *   `definitive` (nothing was sent; the same request fails the same way);
  * - 429 → `not_sent` (retried with the same key);

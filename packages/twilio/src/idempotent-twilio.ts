@@ -1,10 +1,10 @@
 /**
- * `idempotentTwilio`: Twilio SMS that a retry never sends twice (PROVIDERS.md § 3, § 4.2).
- * Message create accepts no idempotency key and Twilio warns that retrying after a 500 can send
- * several messages (§ 3.1), so the Postgres ledger of `@cyclone/idempotency` is the only guard:
- * `messages.create` goes through `once`, keyed by the step (`${runId}:${node}[:${scope}]`), the
- * message SID is stored as the provider reference, and the status callback URL carries the key
- * (`?ck=`) so callbacks can be matched to it (§ 3.2).
+ * `idempotentTwilio`: Twilio SMS that a retry never sends twice. Message create accepts no
+ * idempotency key and Twilio warns that retrying after a 500 can send several messages, so the
+ * Postgres ledger of `@cyclone/idempotency` is the only guard: `messages.create` goes through
+ * `once`, keyed by the step (`${runId}:${node}[:${scope}]`), the message SID is stored as the
+ * provider reference, and the status callback URL carries the key (`?ck=`) so callbacks can be
+ * matched to it.
  */
 import type { Context } from '@cyclone/core';
 import {
@@ -43,7 +43,7 @@ export interface SentSms {
 
 /**
  * What to do when an earlier attempt's create has an unknown outcome (a timeout, a reset after
- * the request was written, a 5xx: PROVIDERS.md § 3.5), once the quiet period is over:
+ * the request was written, a 5xx), once the quiet period is over:
  * - `'reconcile'` (default): look for the message. First the status-callback table (a callback
  *   recorded under the key names the SID exactly); then Twilio's message list filtered by
  *   `To`/`From` and `DateSent`, matching the body and a creation time after the call started.
@@ -104,7 +104,7 @@ export interface IdempotentTwilioOptions {
 export interface IdempotentTwilio {
   messages: {
     /**
-     * Creates the message at most once per key (PROVIDERS.md § 4.2): a `succeeded` ledger row
+     * Creates the message at most once per key: a `succeeded` ledger row
      * returns its stored `SentSms` without calling Twilio; a `failed` one replays its error.
      * @throws `DefinitiveFailureError` (a 4xx such as 21211; not retried), `NotSentError` (429,
      *   connection refused; retried), `AmbiguousOutcomeError` (timeout, reset, 5xx; retried, then
@@ -214,8 +214,8 @@ export function idempotentTwilio(
 }
 
 /**
- * The `'reconcile'` policy (PROVIDERS.md § 3.2, § 3.5): the callback table first, then the list
- * with a unique match.
+ * The `'reconcile'` policy: the callback table first (a callback names the SID exactly), then
+ * the list with a unique match.
  */
 function reconcileMessage(
   client: TwilioMessagingClient,

@@ -1,6 +1,6 @@
 /**
- * `@cyclone/idempotency/testing`: the base of local fake providers for testing idempotent calls
- * (PROVIDERS.md § 5): a loopback HTTP server on 127.0.0.1, and a recording, fault-injecting fake
+ * `@cyclone/idempotency/testing`: the base of local fake providers for testing idempotent calls:
+ * a loopback HTTP server on 127.0.0.1, and a recording, fault-injecting fake
  * on it (error statuses, reset connections, delayed answers, each with or without the effect;
  * refused connections) whose subclasses count the provider's real effects. The adapters' fakes
  * (`@cyclone/sendgrid/testing`, `@cyclone/twilio/testing`, `@cyclone/stripe/testing`) are built

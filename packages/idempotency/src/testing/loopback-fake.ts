@@ -1,9 +1,9 @@
 /**
- * The base of a local fake provider for testing idempotent calls (PROVIDERS.md § 5, general
- * rules): a `LoopbackHttpServer` that records every request and applies programmable faults (an
- * error status, a reset connection, a delayed answer; each with or without the effect), so a
- * test can count the provider's real effects. A fake names its routes and answers them
- * (`routeOf`, `handle`); `runWithFault` gives a route the standard fault semantics.
+ * The base of a local fake provider for testing idempotent calls: a `LoopbackHttpServer` that
+ * records every request and applies programmable faults (an error status, a reset connection, a
+ * delayed answer; each with or without the effect), so a test can count the provider's real
+ * effects. A fake names its routes and answers them (`routeOf`, `handle`); `runWithFault` gives a
+ * route the standard fault semantics.
  */
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import { LoopbackHttpServer, type LoopbackHttpServerOptions } from './loopback-http-server.js';
@@ -38,7 +38,7 @@ export interface RecordedRequest<K extends string = Fault['kind']> {
 }
 
 /**
- * A programmable fault (PROVIDERS.md § 5: the faults that matter).
+ * A programmable fault: the provider failures that decide whether a call may be repeated.
  * - `status`: answer `status` with the provider's error body. `commit: true` performs the effect
  *   first (a provider that accepted the request and still answered 5xx); default false.
  * - `reset`: destroy the socket without answering (the client sees `ECONNRESET` / "socket hang

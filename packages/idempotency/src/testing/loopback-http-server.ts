@@ -1,9 +1,8 @@
 /**
- * The server part of a local fake provider (PROVIDERS.md § 5, general rules): a `node:http`
- * server on 127.0.0.1 (port 0 unless given) that can stop listening and listen again on the same
- * port (clients then get `ECONNREFUSED`), cuts its delayed answers short and destroys every open
- * socket on `close()`, and knows when no request is being handled. What a request does is the
- * fake's `handler`.
+ * The server part of a local fake provider: a `node:http` server on 127.0.0.1 (port 0 unless given)
+ * that can stop listening and listen again on the same port (clients then get `ECONNREFUSED`), cuts
+ * its delayed answers short and destroys every open socket on `close()`, and knows when no request
+ * is being handled. What a request does is the fake's `handler`.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
@@ -79,7 +78,7 @@ export class LoopbackHttpServer {
 
   /**
    * Stops accepting connections and closes the open ones, keeping the port number: clients then
-   * get `ECONNREFUSED` (nothing was sent, PROVIDERS.md § 2.5 / § 3.5 "not sent"), until
+   * get `ECONNREFUSED` (nothing was sent: the "not sent" outcome), until
    * `listen(this.port)`.
    * @param settleMs then waits this long (default 20 ms), so that clients in this process see
    *   their keep-alive sockets close (the FIN arrives on the next poll phases) and open a new,

@@ -1,8 +1,8 @@
 /**
- * A local fake of SendGrid's v3 Mail Send API (PROVIDERS.md § 5.2): `POST /v3/mail/send` on
- * 127.0.0.1, answering like SendGrid (202 + `X-Message-Id`, or `{ errors: [...] }`), counting
- * the e-mails it "sent", and emulating the Event Webhook by POSTing signed `processed` /
- * `delivered` events (with the message's `custom_args` as top-level keys) to your handler.
+ * A local fake of SendGrid's v3 Mail Send API: `POST /v3/mail/send` on 127.0.0.1, answering like
+ * SendGrid (202 + `X-Message-Id`, or `{ errors: [...] }`), counting the e-mails it "sent", and
+ * emulating the Event Webhook by POSTing signed `processed` / `delivered` events (with the
+ * message's `custom_args` as top-level keys) to your handler.
  */
 import { createSign, generateKeyPairSync, type KeyObject, randomBytes } from 'node:crypto';
 import {
@@ -42,7 +42,7 @@ export interface SendGridEvent {
   timestamp: number;
   event: string;
   sg_event_id: string;
-  /** `<X-Message-Id>.<filter suffix>`: begins with the request's X-Message-Id (PROVIDERS.md § 2.2). */
+  /** `<X-Message-Id>.<filter suffix>`: begins with the request's X-Message-Id. */
   sg_message_id: string;
   'smtp-id': string;
   category?: string[];
@@ -79,7 +79,7 @@ export interface WebhookDelivery {
 
 const MAIL_SEND = '/v3/mail/send';
 
-/** SendGrid-shaped error body for a status (PROVIDERS.md § 2.1: `{ errors: [{ message, field, help }] }`). */
+/** SendGrid-shaped error body for a status: `{ errors: [{ message, field, help }] }`. */
 export function sendGridErrorBody(status: number, message?: string, field: string | null = null) {
   const defaults: Record<number, string> = {
     400: 'Bad Request',
@@ -156,7 +156,7 @@ export class FakeSendGrid extends LoopbackFake<SendGridRoute> {
 
   /**
    * A MailService (own `Client`, never the singletons) pointed at this fake: `setApiKey` first,
-   * then `baseUrl` (PROVIDERS.md § 2.3: `setApiKey` resets the base URL).
+   * then `baseUrl` (`setApiKey` resets the base URL).
    * @param timeoutMs the SDK request timeout. Default 2,000 ms.
    */
   mailService(options: { timeoutMs?: number } = {}): MailService {

@@ -1,6 +1,6 @@
 /**
- * Decoding of Stripe's form-encoded request bodies and query strings (PROVIDERS.md § 5.1:
- * `application/x-www-form-urlencoded` with bracket nesting, `metadata[cyclone_key]=…`,
+ * Decoding of Stripe's form-encoded request bodies and query strings
+ * (`application/x-www-form-urlencoded` with bracket nesting, `metadata[cyclone_key]=…`,
  * `payment_method_types[0]=card`), and the canonical form the fake compares parameters in.
  */
 

@@ -1,7 +1,7 @@
 /**
- * A local fake of Twilio's Programmable Messaging REST API (PROVIDERS.md § 5.3): create, list
- * (with the `To`/`From`/`DateSent` filters) and fetch of Message resources on 127.0.0.1, Twilio's
- * JSON shapes and error bodies, an effect counter, and status callbacks signed with the real
+ * A local fake of Twilio's Programmable Messaging REST API: create, list (with the
+ * `To`/`From`/`DateSent` filters) and fetch of Message resources on 127.0.0.1, Twilio's JSON shapes
+ * and error bodies, an effect counter, and status callbacks signed with the real
  * `X-Twilio-Signature` algorithm (HMAC-SHA1 of the URL plus the sorted parameters, keyed by the
  * auth token), so the application's signature check runs for real.
  */
@@ -219,7 +219,7 @@ export class FakeTwilio extends LoopbackFake<TwilioRoute> {
 
   /**
    * A real `twilio` client for this fake: `twilio(accountSid, authToken, { httpClient })` with a
-   * `LoopbackRequestClient` (PROVIDERS.md § 3.3).
+   * `LoopbackRequestClient` (the SDK takes no base URL, so requests are rewritten).
    * @param timeoutMs the SDK request timeout. Default 2,000 ms.
    * @param autoRetry the SDK's 429 retry. Default false (the SDK's default).
    */

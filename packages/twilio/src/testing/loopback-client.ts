@@ -1,8 +1,8 @@
 /**
- * Pointing the real `twilio` client at a local fake (PROVIDERS.md § 3.3): a `RequestClient`
- * subclass that rewrites every request URI's origin (`https://api.twilio.com`, `next_page_uri`
- * links included) to the fake's `http://127.0.0.1:PORT`. Nothing else changes: auth, form
- * encoding, timeouts and error mapping stay the SDK's own.
+ * Pointing the real `twilio` client at a local fake: a `RequestClient` subclass that rewrites every
+ * request URI's origin (`https://api.twilio.com`, `next_page_uri` links included) to the fake's
+ * `http://127.0.0.1:PORT`. Nothing else changes: auth, form encoding, timeouts and error mapping
+ * stay the SDK's own.
  */
 import twilio from 'twilio';
 import type RequestClient from 'twilio/lib/base/RequestClient.js';

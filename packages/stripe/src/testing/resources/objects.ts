@@ -4,7 +4,7 @@
  */
 import { randomBytes } from 'node:crypto';
 
-/** The body of a Stripe error: `{ error: StripeErrorBody }` on the wire (PROVIDERS.md § 1.4). */
+/** The body of a Stripe error: `{ error: StripeErrorBody }` on the wire. */
 export interface StripeErrorBody {
   /** `invalid_request_error`, `card_error`, `api_error`, `idempotency_error`, … */
   type: string;
@@ -19,7 +19,7 @@ export interface StripeErrorBody {
 
 /**
  * A failed API call. `stored` says whether Stripe's idempotency layer keeps the response
- * (PROVIDERS.md § 1.2: executed requests are stored, validation failures are not).
+ * (executed requests are stored, validation failures are not).
  */
 export class ApiFailure extends Error {
   readonly status: number;

@@ -111,7 +111,7 @@ function createPaymentIntent(store: ResourceStore, input: RouteInput): CreatedOb
         last_payment_error: lastError,
       });
       store.payment_intent.set(id, pi);
-      // An executed request: Stripe stores this 402 under the key (PROVIDERS.md § 1.2).
+      // An executed request: Stripe stores this 402 under the key.
       throw Object.assign(
         new ApiFailure(
           402,
