@@ -22,10 +22,6 @@ export const listRunsSql = (s: string) =>
        WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR workflow = $2)
        ORDER BY created_at DESC, id LIMIT $3`;
 
-/** Each step's node and its downstream nodes (the stored DAG). $1 run id. */
-export const selectStepEdgesSql = (s: string) =>
-  `SELECT node, downstream FROM ${s}.cyclone_steps WHERE run_id = $1`;
-
 /** Locks a run's row for an operator action (in a transaction). $1 run id. */
 export const lockRunSql = (s: string) =>
   `SELECT state, steps_active, workflow FROM ${s}.cyclone_runs WHERE id = $1 FOR UPDATE`;
@@ -97,7 +93,6 @@ SELECT count(*)::int AS deleted FROM gone`;
 const selectRunStatement = defineStatement('select_run', selectRunSql, false);
 const selectStepsStatement = defineStatement('select_steps', selectStepsSql, false);
 const listRunsStatement = defineStatement('list_runs', listRunsSql, false);
-const selectStepEdgesStatement = defineStatement('select_step_edges', selectStepEdgesSql, false);
 const lockRunStatement = defineStatement('lock_run', lockRunSql, false);
 const lockStepStatement = defineStatement('lock_step', lockStepSql, false);
 const reopenStepsStatement = defineStatement('reopen_steps', reopenStepsSql, false);
@@ -128,17 +123,6 @@ export async function listRuns(
   p: { state: string | null; workflow: string | null; limit: number },
 ): Promise<Row[]> {
   return (await send(on, listRunsStatement(db), [p.state, p.workflow, p.limit])).rows;
-}
-
-/** Each step of a run with its downstream node names. */
-export async function selectStepEdges(
-  on: Queryable,
-  db: SqlScope,
-  runId: string,
-): Promise<{ node: string; downstream: string[] }[]> {
-  return (
-    await send<{ node: string; downstream: string[] }>(on, selectStepEdgesStatement(db), [runId])
-  ).rows;
 }
 
 /** What an operator action needs of the run it locked. */

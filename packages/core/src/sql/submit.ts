@@ -70,7 +70,6 @@ SELECT (SELECT count(*) FROM run)::int AS runs, (SELECT count(*) FROM steps)::in
        pg_notify($13, $4::text)`;
 
 /** The run holding a submit key. $1 workflow, $2 key. */
-/** The run holding a submit key. $1 workflow, $2 key. */
 export const findRunByKeySql = (s: string) =>
   `SELECT id, input_hash FROM ${s}.cyclone_runs WHERE workflow = $1 AND submit_key = $2`;
 
