@@ -50,7 +50,9 @@ if (found.length > 0) {
     `check-engine-sql: the engine's tables are named outside packages/core/src/sql/ (${found.length}):`,
   );
   for (const f of found) console.error(`  ${f}`);
-  console.error('Put the statement in a module under packages/core/src/sql/ and call it from there.');
+  console.error(
+    'Put the statement in a module under packages/core/src/sql/ and call it from there.',
+  );
   process.exit(1);
 }
 console.log(`check-engine-sql: ${files} source files, no engine table named outside core/src/sql/`);
