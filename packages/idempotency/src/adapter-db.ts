@@ -3,12 +3,7 @@
  * `query`-able pool and the Cyclone schema, and `defineAdapterTables`, which migrates them under
  * the adapter's own component name and quotes the schema for its statements.
  */
-import {
-  DEFAULT_SCHEMA,
-  type Migration,
-  migrateComponent,
-  quoteSchema,
-} from '@cyclone/core/internal';
+import { type Migration, migrateComponent } from '@cyclone/core/internal';
 
 /** Anything with pg's `query` (a `pg.Pool`, a `PoolClient`, a handler's `Tx`). */
 export interface Queryable {
@@ -41,11 +36,6 @@ export interface AdapterTables {
    * @throws ConfigError on a bad schema name; the database error of a failing migration.
    */
   readonly migrate: (db: AdapterMigrationDb) => Promise<string[]>;
-  /**
-   * The quoted schema of `db` (default `cyclone`), to qualify the adapter's table names with.
-   * @throws ConfigError on a bad schema name.
-   */
-  readonly schemaOf: (db: AdapterDb) => string;
 }
 
 /**
@@ -61,6 +51,5 @@ export function defineAdapterTables(
   return {
     component,
     migrate: (db) => migrateComponent(db, component, migrations),
-    schemaOf: (db) => quoteSchema(db.schema ?? DEFAULT_SCHEMA),
   };
 }

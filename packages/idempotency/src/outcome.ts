@@ -2,7 +2,8 @@
  * The outcome classification every adapter reuses: what a failed provider call means for the
  * effect, and so what the ledger records and whether a later attempt may call again.
  */
-import { NonRetryableError } from '@cyclone/core';
+import { CycloneError } from '@cyclone/core';
+import { isNonRetryable } from '@cyclone/core/internal';
 
 /**
  * - `not_sent`: the request provably never took effect (refused connection, DNS failure, 429):
@@ -111,7 +112,8 @@ function field(obj: unknown, name: string): unknown {
 export function classifyError(err: unknown): Outcome {
   const own = field(err, 'outcome');
   if (isOutcome(own)) return own;
-  if (err instanceof NonRetryableError) {
+  // By the error's marker, not instanceof: a second installed copy of core is recognised too.
+  if (isNonRetryable(err) && CycloneError.isInstance(err)) {
     return { kind: 'definitive', reason: err.message.slice(0, 200), code: err.code };
   }
   const name = field(err, 'name');

@@ -13,7 +13,8 @@
  */
 import { createPublicKey, verify } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { type SendgridDb, sendgridTables } from './tables.js';
+import { DEFAULT_SCHEMA, quoteSchema } from '@cyclone/core/internal';
+import type { SendgridDb } from './tables.js';
 
 /** Header with the base64 DER ECDSA signature of a Signed Event Webhook request. */
 export const EVENT_SIGNATURE_HEADER = 'x-twilio-email-event-webhook-signature';
@@ -97,7 +98,7 @@ export async function handleEventWebhook(
   options: EventWebhookOptions,
   request: EventWebhookRequest,
 ): Promise<EventWebhookResult> {
-  const q = sendgridTables.schemaOf(options);
+  const q = quoteSchema(options.schema ?? DEFAULT_SCHEMA);
   if (options.verificationKey) {
     const signature = header(request.headers, EVENT_SIGNATURE_HEADER);
     const timestamp = header(request.headers, EVENT_TIMESTAMP_HEADER);
@@ -240,7 +241,7 @@ export interface RecordedEvent {
  * @throws the database error.
  */
 export async function eventsForKey(db: SendgridDb, key: string): Promise<RecordedEvent[]> {
-  const q = sendgridTables.schemaOf(db);
+  const q = quoteSchema(db.schema ?? DEFAULT_SCHEMA);
   const { rows } = await db.pool.query(
     `SELECT event, message_id, email, occurred_at, received_at FROM ${q}.cyclone_sendgrid_events
      WHERE cyclone_key = $1 ORDER BY occurred_at NULLS LAST, received_at`,

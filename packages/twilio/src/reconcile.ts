@@ -9,8 +9,9 @@
  * call had an unknown outcome, before it falls back to Twilio's message list.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { DEFAULT_SCHEMA, quoteSchema } from '@cyclone/core/internal';
 import twilio from 'twilio';
-import { type TwilioDb, twilioTables } from './tables.js';
+import type { TwilioDb } from './tables.js';
 
 /** The query parameter of the status callback URL that carries the idempotency key. */
 export const KEY_PARAM = 'ck';
@@ -88,7 +89,7 @@ export async function handleStatusCallback(
   options: StatusCallbackOptions,
   request: StatusCallbackRequest,
 ): Promise<StatusCallbackResult> {
-  const q = twilioTables.schemaOf(options);
+  const q = quoteSchema(options.schema ?? DEFAULT_SCHEMA);
   if (
     !request.signature ||
     !twilio.validateRequest(options.authToken, request.signature, request.url, request.params)
@@ -214,7 +215,7 @@ export interface RecordedCallback {
  * @throws the database error.
  */
 export async function callbacksForKey(db: TwilioDb, key: string): Promise<RecordedCallback[]> {
-  const q = twilioTables.schemaOf(db);
+  const q = quoteSchema(db.schema ?? DEFAULT_SCHEMA);
   const { rows } = await db.pool.query(
     `SELECT message_sid, message_status, error_code, to_number, from_number, received_at
      FROM ${q}.cyclone_twilio_callbacks WHERE cyclone_key = $1 ORDER BY received_at, id`,
