@@ -22,7 +22,8 @@ export type CycloneErrorCode =
   | 'STEP_TIMEOUT'
   | 'WAIT_TIMEOUT'
   | 'CONFIG'
-  | 'NON_RETRYABLE';
+  | 'NON_RETRYABLE'
+  | 'SNOOZE';
 
 /** The marker of class `name`, shared by every copy of the package. */
 const markerOf = (name: string) => Symbol.for(`cyclone.error.${name}`);
@@ -294,4 +295,42 @@ export function zodIssues(
     message: i.message,
     code: i.code,
   }));
+}
+
+/**
+ * The longest delay Cyclone accepts for a delayed run, a node timer or a snooze: 10 years of
+ * 366 days, in ms. The time is kept in PostgreSQL (`scheduled_at`), never in a process timer.
+ */
+export const MAX_DELAY_MS = 10 * 366 * 86_400_000;
+
+/**
+ * Throw this from a handler to run the step again after `delayMs` without using an attempt and
+ * without an entry in its errors (a snooze): the step waits in state `scheduled`, its
+ * `StepInfo.snoozes` counts one more, and any worker claims it once the time (PostgreSQL's
+ * clock) has come. A step that snoozes more than its action's `maxSnoozes` (default 1,000) is
+ * discarded with a clear error. For "not yet" answers: a provider's `Retry-After`, a quiet period,
+ * a resource that is not ready.
+ */
+export class SnoozeError extends CycloneError {
+  /** How long to wait before the next attempt, ms. */
+  readonly delayMs: number;
+
+  /**
+   * @param delayMs a finite number of ms, 0 to `MAX_DELAY_MS` (fractions are rounded up).
+   * @throws ConfigError for a delay that is not a number, negative, not finite or over the maximum.
+   */
+  constructor(delayMs: number, message?: string) {
+    if (
+      typeof delayMs !== 'number' ||
+      !Number.isFinite(delayMs) ||
+      delayMs < 0 ||
+      delayMs > MAX_DELAY_MS
+    ) {
+      throw new ConfigError(
+        `SnoozeError needs a delay in ms from 0 to ${MAX_DELAY_MS} (10 years), got ${String(delayMs)}`,
+      );
+    }
+    super('SNOOZE', message ?? `snoozed for ${Math.ceil(delayMs)} ms`);
+    this.delayMs = Math.ceil(delayMs);
+  }
 }
