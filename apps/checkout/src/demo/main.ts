@@ -156,15 +156,17 @@ async function main(): Promise<number> {
     const injectFaults = (orderId: string, runId: string) => {
       if (!opts.faults || faults.order) return;
       faults.order = orderId;
-      stripeFault = fakes.stripe.inject({
-        method: 'POST',
-        path: '/v1/payment_intents',
-        idempotencyKey: `${runId}:charge`,
-        fault: { type: 'drop_after_effect' },
-        // The Stripe SDK re-sends a request whose connection closed once by itself, with the
-        // same key (Stripe replays it); drop that answer too, so the step sees the loss.
-        times: 2,
-      });
+      stripeFault = fakes.stripe.inject(
+        { kind: 'reset', commit: true },
+        {
+          method: 'POST',
+          path: '/v1/payment_intents',
+          idempotencyKey: `${runId}:charge`,
+          // The Stripe SDK re-sends a request whose connection closed once by itself, with the
+          // same key (Stripe replays it); drop that answer too, so the step sees the loss.
+          times: 2,
+        },
+      );
       fakes.sendgrid.inject(
         { kind: 'reset', commit: true },
         { match: (r) => r.rawBody.includes(`"order_id":"${orderId}"`) },
