@@ -6,7 +6,6 @@
 import Stripe from 'stripe';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { decodeForm, FakeStripe, STRIPE_IDEMPOTENCY_RETENTION_MS } from '../src/testing/index.js';
-import { fromLegacyRule } from '../src/testing/legacy-faults.js';
 
 let fake: FakeStripe;
 
@@ -360,73 +359,29 @@ describe('faults (PROVIDERS.md § 5)', () => {
       expect(err.statusCode).toBe(status);
     }
   });
-});
 
-describe('the earlier inject form (deprecated, translated into the shared fault kinds)', () => {
-  it('a rule hits by method, path and key; its handle counts the hits', async () => {
+  it('aims by method, path and idempotency key; the handle counts the hits', async () => {
     const stripe = fake.client({ maxNetworkRetries: 0 });
-    const h = fake.inject({
-      method: 'POST',
-      path: '/v1/payment_intents',
-      idempotencyKey: 'legacy',
-      fault: { type: 'drop_after_effect' },
-    });
+    const h = fake.inject(
+      { kind: 'reset', commit: true },
+      { method: 'POST', path: '/v1/payment_intents', idempotencyKey: 'aimed' },
+    );
     // Another path with the key (under another API key: keys are scoped by it), another key.
     await fake
       .client({ maxNetworkRetries: 0 }, 'sk_test_b')
-      .customers.create({}, { idempotencyKey: 'legacy' });
+      .customers.create({}, { idempotencyKey: 'aimed' });
     await stripe.paymentIntents.create(PI, { idempotencyKey: 'other' });
     expect(h.hits).toBe(0);
-    const pi = await stripe.paymentIntents.create(PI, { idempotencyKey: 'legacy' });
+    const pi = await stripe.paymentIntents.create(PI, { idempotencyKey: 'aimed' });
     expect(h.hits).toBe(1);
     const reqs = fake.requests.filter(
-      (r) => r.idempotencyKey === 'legacy' && r.path !== '/v1/customers',
+      (r) => r.idempotencyKey === 'aimed' && r.path !== '/v1/customers',
     );
     expect(reqs.map((r) => [r.outcome, r.fault])).toEqual([
       ['fault', 'reset'],
       ['replayed', undefined],
     ]);
     expect(fake.objects('payment_intent').map((x) => x.id)).toContain(pi.id);
-  });
-
-  it('maps every earlier fault type to its kind', () => {
-    expect(fromLegacyRule({ fault: { type: 'refuse' }, times: 2 })).toEqual([
-      { kind: 'reset', commit: false },
-      { times: 2 },
-    ]);
-    expect(fromLegacyRule({ fault: { type: 'drop_after_effect' } })[0]).toEqual({
-      kind: 'reset',
-      commit: true,
-    });
-    expect(fromLegacyRule({ fault: { type: 'delay_after_effect', ms: 5 } })[0]).toEqual({
-      kind: 'delay',
-      ms: 5,
-      commit: true,
-    });
-    expect(fromLegacyRule({ fault: { type: 'hold' } })[0]).toEqual({ kind: 'hold' });
-    expect(fromLegacyRule({ fault: { type: 'error', status: 429 } })[0]).toEqual({
-      kind: 'status',
-      status: 429,
-      executed: false,
-    });
-    expect(
-      fromLegacyRule({
-        fault: {
-          type: 'error',
-          status: 500,
-          commit: true,
-          shouldRetry: false,
-          error: { code: 'x' },
-        },
-      })[0],
-    ).toMatchObject({
-      kind: 'status',
-      status: 500,
-      executed: true,
-      commit: true,
-      headers: { 'stripe-should-retry': 'false' },
-      body: { error: { type: 'api_error', code: 'x' } },
-    });
   });
 });
 

@@ -36,7 +36,6 @@ import {
   stageOf,
 } from './faults.js';
 import { canonical, decodeForm } from './form.js';
-import { fromLegacyRule, isLegacyRule, type LegacyFaultRule } from './legacy-faults.js';
 import {
   ApiFailure,
   defaultStripeError,
@@ -179,20 +178,9 @@ export class FakeStripe extends LoopbackFake<StripeRoute, StripeFault, RecordedR
    * for the stage where each applies). Faults are tried in the order they were added, per stage;
    * the first unspent match wins.
    */
-  override inject(fault: StripeFault, options?: StripeFaultOptions): FaultHandle;
-  /**
-   * The earlier form, `{ fault: { type }, method, path, idempotencyKey, times }`, translated into
-   * `StripeFault`s.
-   * @deprecated use `inject(fault, options)` with `@cyclone/idempotency/testing`'s fault kinds.
-   */
-  override inject(rule: LegacyFaultRule): FaultHandle;
-  override inject(
-    faultOrRule: StripeFault | LegacyFaultRule,
-    options: StripeFaultOptions = {},
-  ): FaultHandle {
-    if (isLegacyRule(faultOrRule)) return this.inject(...fromLegacyRule(faultOrRule));
+  override inject(f: StripeFault, options: StripeFaultOptions = {}): FaultHandle {
     // A copy, so that each injection has a gate of its own even for a shared fault object.
-    const fault = { ...faultOrRule };
+    const fault = { ...f };
     const gate: Gate = { released: false, waiters: [] };
     this.gates.set(fault, gate);
     const { idempotencyKey: key, match, ...rest } = options;

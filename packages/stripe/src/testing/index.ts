@@ -19,7 +19,6 @@ export type {
   StripeStatusFault,
 } from './faults.js';
 export { canonical, decodeForm, type FormParams, type FormValue } from './form.js';
-export type { LegacyFault, LegacyFaultRule } from './legacy-faults.js';
 export type {
   Effect,
   EffectType,
