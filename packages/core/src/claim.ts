@@ -12,7 +12,7 @@ import type { Workflow } from './definitions.js';
 import { LeaseLostError } from './errors.js';
 import { executeStep } from './execute-step.js';
 import { LazyChildLogger, type Logger } from './logger.js';
-import { type ClaimedStep, claimSteps } from './sql/claim.js';
+import { type ClaimedStep, claimSteps, nextDueIn } from './sql/claim.js';
 import type { SqlScope } from './sql/statement.js';
 
 /** What the worker keeps of a claimed step until its outcome is recorded. */
@@ -76,11 +76,13 @@ export class ClaimLoop {
   private wakePending = false;
   /** `workflow/node` of every node the worker can run: it claims only those. */
   private readonly nodeKeys: string[];
+  private readonly workflowNames: string[];
 
   constructor(
     private readonly parts: ClaimParts,
     private readonly config: ClaimConfig,
   ) {
+    this.workflowNames = [...parts.workflows.keys()];
     this.nodeKeys = [...parts.workflows.values()].flatMap((wf) =>
       wf.nodes.map((n) => `${wf.name}/${n.name}`),
     );
@@ -112,7 +114,7 @@ export class ClaimLoop {
         }
         if (got === want) continue;
       }
-      await this.waitForWake(this.config.pollIntervalMs);
+      await this.waitForWake(await this.idleWait());
     }
   }
 
@@ -160,6 +162,27 @@ export class ClaimLoop {
     });
   }
 
+  /**
+   * How long to wait before the next claim when it came back short: until the next step of the
+   * worker's workflows is due (by the database's clock), at most the poll interval. A NOTIFY for
+   * a new or rescheduled step ends the wait early, so the worker re-reads the next due time.
+   */
+  private async idleWait(): Promise<number> {
+    const { parts, config } = this;
+    try {
+      const dueIn = await nextDueIn(parts.controlPool, parts.db, {
+        workflows: this.workflowNames,
+        nodeKeys: this.nodeKeys,
+      });
+      if (dueIn === undefined) return config.pollIntervalMs;
+      // A millisecond late rather than early: the claim compares with the database's now().
+      return Math.min(config.pollIntervalMs, Math.max(0, Math.ceil(dueIn)) + 1);
+    } catch (err) {
+      parts.log.warn({ err: String(err) }, 'could not read the next due step; polling');
+      return config.pollIntervalMs;
+    }
+  }
+
   /** Claims up to `limit` steps and starts each. @returns how many were claimed. */
   private async claim(limit: number): Promise<number> {
     const { parts, config } = this;
@@ -168,7 +191,7 @@ export class ClaimLoop {
       this.claimPid = (c as unknown as { processID?: number }).processID;
       try {
         return await claimSteps(c, parts.db, {
-          workflows: [...parts.workflows.keys()],
+          workflows: this.workflowNames,
           limit,
           workerId: config.workerId,
           leaseMs: config.leaseMs,

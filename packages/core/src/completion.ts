@@ -14,7 +14,7 @@ import { LeaseLostError } from './errors.js';
 import { type Discarded, Outcome, type Retryable } from './execute-step.js';
 import type { Logger } from './logger.js';
 import type { ClaimedStep } from './sql/claim.js';
-import { completeStep, failStep } from './sql/complete.js';
+import { completeStep, failStep, snoozeStep } from './sql/complete.js';
 import { isStepCompletedBy } from './sql/fence.js';
 import type { SqlScope } from './sql/statement.js';
 
@@ -24,6 +24,8 @@ export interface CompletionCounters {
   failed: number;
   /** Completions or failures refused by the fence: the lease had been lost. */
   leaseLost: number;
+  /** Attempts that snoozed (`SnoozeError`). */
+  snoozed: number;
 }
 
 /** What the completer needs of its worker. */
@@ -64,6 +66,9 @@ export class Completer {
       case 'discarded':
         await attempt.tx.close();
         return this.fail(attempt, outcome);
+      case 'snoozed':
+        await attempt.tx.close();
+        return this.snooze(attempt, outcome.delayMs);
       case 'lease_lost':
         await attempt.tx.close();
         this.parts.counters.leaseLost++;
@@ -173,6 +178,36 @@ export class Completer {
       );
     } catch {
       return false;
+    }
+  }
+
+  /** Records a snooze (fenced): `scheduled` again after `delayMs`, the attempt given back. */
+  private async snooze(attempt: Attempt, delayMs: number): Promise<void> {
+    const { row, log } = attempt;
+    const { db, pool, retryDeadlineMs, counters } = this.parts;
+    try {
+      const rows = await retryTransient(
+        () =>
+          snoozeStep(pool, db, {
+            runId: row.run_id,
+            node: row.node,
+            attempt: row.attempt,
+            delayMs,
+          }),
+        { deadlineMs: retryDeadlineMs, log },
+      );
+      if (rows.length === 0) {
+        counters.leaseLost++;
+        log.warn({}, 'snooze not recorded: the lease was already lost');
+        return;
+      }
+      counters.snoozed++;
+      log.debug({ delayMs, snoozes: rows[0]?.snoozes }, 'step snoozed');
+    } catch (err) {
+      log.error(
+        { err: String(err) },
+        'could not record the snooze; the lease will expire and the step run again',
+      );
     }
   }
 

@@ -6,7 +6,7 @@ import type { ZodType } from 'zod';
 import type { Client } from './client.js';
 import type { Context } from './context.js';
 import { MAX_TIMER_MS } from './db.js';
-import { WorkflowDefinitionError } from './errors.js';
+import { MAX_DELAY_MS, WorkflowDefinitionError } from './errors.js';
 import type { Json, SubmitOnceResult, SubmitOptions, SubmitResult } from './types.js';
 
 /** Backoff policy: the delay in ms before attempt `attempt + 1`, given the failed `attempt`. */
@@ -25,6 +25,11 @@ export interface ActionOptions<I> {
   maxAttempts?: number;
   /** Delay in ms after a failed attempt. Default: attempt⁴ seconds with ±25 % jitter, capped at 1 h. */
   backoff?: Backoff;
+  /**
+   * Snoozes (`SnoozeError`) a step of this action may take; one more discards it with an error
+   * saying so. Default 1,000.
+   */
+  maxSnoozes?: number;
 }
 
 /** An action: a named handler with its options. Made by `newAction`. */
@@ -36,10 +41,14 @@ export interface Action<I = unknown, O = unknown> {
   readonly timeoutMs: number | undefined;
   readonly maxAttempts: number;
   readonly backoff: Backoff;
+  readonly maxSnoozes: number;
 }
 
 /** Default number of attempts of a step (API.md). */
 export const DEFAULT_MAX_ATTEMPTS = 25;
+
+/** Default number of snoozes a step may take (`ActionOptions.maxSnoozes`). */
+export const DEFAULT_MAX_SNOOZES = 1000;
 
 /** Cap of the default backoff: 1 hour in ms. */
 export const DEFAULT_BACKOFF_CAP_MS = 3_600_000;
@@ -97,6 +106,13 @@ export function newAction<I = unknown, O = unknown>(
       `timeout must be a positive integer of at most ${MAX_TIMER_MS} (ms), got ${options.timeout}`,
     );
   }
+  const maxSnoozes = options.maxSnoozes ?? DEFAULT_MAX_SNOOZES;
+  if (!Number.isInteger(maxSnoozes) || maxSnoozes < 0) {
+    throw new WorkflowDefinitionError(
+      name,
+      `maxSnoozes must be an integer ≥ 0, got ${String(options.maxSnoozes)}`,
+    );
+  }
   return Object.freeze({
     kind: 'action' as const,
     name,
@@ -105,6 +121,7 @@ export function newAction<I = unknown, O = unknown>(
     timeoutMs: options.timeout,
     maxAttempts,
     backoff: options.backoff ?? defaultBackoff,
+    maxSnoozes,
   });
 }
 
@@ -121,6 +138,12 @@ export interface NodeSpec<RI> {
   input?: InputMapper<RI>;
   /** Overrides the action's `maxAttempts` for this node. */
   maxAttempts?: number;
+  /**
+   * A durable timer: the node becomes claimable this many ms after its last upstream node
+   * completed (for a root node, after the run's start), by PostgreSQL's clock. 0 to
+   * `MAX_DELAY_MS`; default 0.
+   */
+  delayMs?: number;
 }
 
 /** The compiled form of a node, with its place in the DAG. */
@@ -136,6 +159,8 @@ export interface NodeDef<RI> {
   readonly downstream: readonly string[];
   readonly input: InputMapper<RI> | undefined;
   readonly maxAttempts: number;
+  /** The node's timer, ms (0: none). */
+  readonly delayMs: number;
 }
 
 /** A workflow definition: a validated DAG. Made by `newWorkflow`. */
@@ -213,6 +238,20 @@ export function newWorkflow<RI = unknown>(name: string, spec: WorkflowSpec<RI>):
     if (s.maxAttempts !== undefined && !(Number.isInteger(s.maxAttempts) && s.maxAttempts >= 1)) {
       throw new WorkflowDefinitionError(name, `node '${n}': maxAttempts must be an integer ≥ 1`);
     }
+    if (
+      s.delayMs !== undefined &&
+      !(
+        typeof s.delayMs === 'number' &&
+        Number.isFinite(s.delayMs) &&
+        s.delayMs >= 0 &&
+        s.delayMs <= MAX_DELAY_MS
+      )
+    ) {
+      throw new WorkflowDefinitionError(
+        name,
+        `node '${n}': delayMs must be a number of ms from 0 to ${MAX_DELAY_MS} (10 years), got ${String(s.delayMs)}`,
+      );
+    }
   }
 
   // Kahn's algorithm gives a topological order; what is left over lies on or behind a cycle.
@@ -256,6 +295,7 @@ export function newWorkflow<RI = unknown>(name: string, spec: WorkflowSpec<RI>):
       downstream: Object.freeze([...(children.get(n) ?? [])]),
       input: s.input,
       maxAttempts: s.maxAttempts ?? s.action.maxAttempts,
+      delayMs: Math.ceil(s.delayMs ?? 0),
     });
   });
   const workflow: Workflow<RI> = {

@@ -10,7 +10,9 @@ import {
   InputValidationError,
   isNonRetryable,
   LeaseLostError,
+  MAX_DELAY_MS,
   PayloadError,
+  SnoozeError,
   StepTimeoutError,
   zodIssues,
 } from './errors.js';
@@ -22,7 +24,7 @@ import type { StepErrorKind } from './types.js';
  * How an attempt ended, as the completion records it: one variant per transition. A new
  * transition is a new variant here and a new case in `completion.ts` (its switch is exhaustive).
  */
-export type Outcome = Completed | Retryable | Discarded | LeaseLost;
+export type Outcome = Completed | Retryable | Discarded | LeaseLost | Snoozed;
 
 /** The handler returned: complete the step with `output`. */
 export interface Completed {
@@ -47,6 +49,13 @@ export interface Discarded {
   readonly kind: 'discarded';
   readonly errorKind: StepErrorKind;
   readonly error: unknown;
+}
+
+/** The handler asked to run again later (`SnoozeError`): no attempt used, no error entry. */
+export interface Snoozed {
+  readonly kind: 'snoozed';
+  /** How long to wait, ms. */
+  readonly delayMs: number;
 }
 
 /** The lease was lost while the handler ran: the step belongs to another claim; record nothing. */
@@ -74,6 +83,7 @@ export const Outcome = {
     error,
   }),
   leaseLost: (): LeaseLost => ({ kind: 'lease_lost' }),
+  snoozed: (delayMs: number): Snoozed => ({ kind: 'snoozed', delayMs }),
   /** A failure that is retryable unless `nonRetryable`. */
   failed: (
     errorKind: StepErrorKind,
@@ -140,6 +150,7 @@ export async function executeStep(row: ClaimedStep, p: ExecuteParts): Promise<Ou
   if (!settled.ok) {
     const error = settled.error;
     if (LeaseLostError.isInstance(error)) return Outcome.leaseLost();
+    if (!settled.aborted && SnoozeError.isInstance(error)) return snooze(node, row, error);
     if (settled.aborted && !StepTimeoutError.isInstance(error)) {
       // The worker's stop cut the attempt short: given back, and retried at once elsewhere.
       return Outcome.retryable('worker_stopped', error, { refundAttempt: true, delayMs: 0 });
@@ -170,6 +181,27 @@ export async function executeStep(row: ClaimedStep, p: ExecuteParts): Promise<Ou
         : err;
     return Outcome.discarded('output_invalid', error);
   }
+}
+
+/**
+ * A snooze, or the step discarded when it has snoozed `maxSnoozes` times already, or when the
+ * delay is not one (a `SnoozeError` of another copy of the package is checked again here).
+ */
+function snooze(node: NodeDef<unknown>, row: ClaimedStep, error: SnoozeError): Outcome {
+  const { delayMs } = error;
+  if (!(typeof delayMs === 'number' && delayMs >= 0 && delayMs <= MAX_DELAY_MS)) {
+    return Outcome.retryable('error', new Error(`SnoozeError with an invalid delay: ${delayMs}`));
+  }
+  const max = node.action.maxSnoozes;
+  if (row.snoozes >= max) {
+    return Outcome.discarded(
+      'snooze_limit',
+      new Error(
+        `the step snoozed ${row.snoozes} times, its action's maxSnoozes (${max}); a further snooze discards it`,
+      ),
+    );
+  }
+  return Outcome.snoozed(delayMs);
 }
 
 /** The node's input: the mapping of run input and upstream outputs, validated by the action. */

@@ -22,6 +22,7 @@ export {
   type Backoff,
   DEFAULT_BACKOFF_CAP_MS,
   DEFAULT_MAX_ATTEMPTS,
+  DEFAULT_MAX_SNOOZES,
   defaultBackoff,
   type InputMapper,
   type NodeDef,

@@ -103,6 +103,7 @@ function toStep(r: any, after: ReadonlyMap<string, string[]>): StepInfo {
     output: r.output,
     errors: r.errors,
     scheduledAt: r.scheduled_at,
+    snoozes: r.snoozes,
     leaseOwner: r.lease_owner,
     leaseExpiresAt: r.lease_expires_at,
     startedAt: r.started_at,

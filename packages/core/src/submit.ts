@@ -5,9 +5,21 @@
 import { v7 as uuidv7 } from 'uuid';
 import type { ZodType } from 'zod';
 import { type Db, withTransaction } from './db.js';
-import { InputValidationError, PayloadError, SubmitKeyConflictError, zodIssues } from './errors.js';
+import {
+  InputValidationError,
+  MAX_DELAY_MS,
+  PayloadError,
+  SubmitKeyConflictError,
+  zodIssues,
+} from './errors.js';
 import { encodePayload, hashJson, isStorableText } from './json.js';
-import { findRunByKey, insertRun, insertRuns, type StepColumns } from './sql/submit.js';
+import {
+  findRunByKey,
+  insertRun,
+  insertRuns,
+  type RunStart,
+  type StepColumns,
+} from './sql/submit.js';
 import type {
   Json,
   SubmitManyResult,
@@ -39,6 +51,8 @@ export interface SubmittableNode<RI> {
   readonly downstream: readonly string[];
   readonly input: ((run: RI, upstream: Record<string, Json>) => unknown) | undefined;
   readonly maxAttempts: number;
+  /** The node's timer, ms; absent or 0: none. */
+  readonly delayMs?: number;
 }
 
 /** What the submit path needs of the client: its database handle and payload limit. */
@@ -81,7 +95,47 @@ function stepColumns<RI>(workflow: SubmittableWorkflow<RI>): StepColumns {
     deps: nodes.map((n) => n.after.length),
     downstream: nodes.map((n) => JSON.stringify(n.downstream)),
     ancestors: nodes.map((n) => JSON.stringify(n.ancestors)),
+    delays: nodes.map((n) => n.delayMs ?? 0),
   };
+}
+
+/**
+ * When the run starts, from `runAt` or `delayMs` (neither: now).
+ * @throws InputValidationError for an invalid `Date`, a delay that is not a number of ms from 0
+ *   to `MAX_DELAY_MS`, a `runAt` more than `MAX_DELAY_MS` ahead (by this process's clock), or
+ *   both options at once; nothing is written.
+ */
+function runStart(workflow: string, options: SubmitOptions): RunStart {
+  const bad = (path: string, message: string) =>
+    new InputValidationError(workflow, [{ path: [path], message }]);
+  const { runAt, delayMs } = options;
+  if (runAt !== undefined && delayMs !== undefined) {
+    throw bad('runAt', 'give runAt or delayMs, not both');
+  }
+  if (runAt !== undefined) {
+    if (!(runAt instanceof Date) || !Number.isFinite(runAt.getTime())) {
+      throw bad('runAt', `runAt must be a valid Date, got ${String(runAt)}`);
+    }
+    if (runAt.getTime() - Date.now() > MAX_DELAY_MS) {
+      throw bad('runAt', `runAt is more than ${MAX_DELAY_MS} ms (10 years) ahead`);
+    }
+    return { runAt, delayMs: 0 };
+  }
+  if (delayMs !== undefined) {
+    if (
+      typeof delayMs !== 'number' ||
+      !Number.isFinite(delayMs) ||
+      delayMs < 0 ||
+      delayMs > MAX_DELAY_MS
+    ) {
+      throw bad(
+        'delayMs',
+        `delayMs must be a number of ms from 0 to ${MAX_DELAY_MS} (10 years), got ${String(delayMs)}`,
+      );
+    }
+    return { runAt: null, delayMs };
+  }
+  return { runAt: null, delayMs: 0 };
 }
 
 /** `Client.submit`: one run, its steps and a NOTIFY in one statement. */
@@ -91,7 +145,8 @@ export async function submit<RI>(
   input: RI,
   options: SubmitOptions,
 ): Promise<SubmitResult> {
-  const { runId } = await insert(scope, workflow, input, null, options.tx);
+  const start = runStart(workflow.name, options);
+  const { runId } = await insert(scope, workflow, input, null, options.tx, start);
   return { runId };
 }
 
@@ -117,7 +172,8 @@ export async function submitOnce<RI>(
       },
     ]);
   }
-  return insert(scope, workflow, input, key, options.tx);
+  const start = runStart(workflow.name, options);
+  return insert(scope, workflow, input, key, options.tx, start);
 }
 
 /**
@@ -135,6 +191,7 @@ export async function submitMany<RI>(
       { path: [], message: 'submitMany takes an array of run inputs' },
     ]);
   }
+  const start = runStart(workflow.name, options);
   const texts: string[] = [];
   const hashes: string[] = [];
   for (let i = 0; i < inputs.length; i++) {
@@ -159,6 +216,7 @@ export async function submitMany<RI>(
     inputHashes: hashes.slice(from, to),
     workflow: workflow.name,
     steps,
+    start,
   });
   const chunks = chunksOf(texts);
   const { db } = scope;
@@ -217,6 +275,7 @@ async function insert<RI>(
   input: RI,
   key: string | null,
   tx: Tx | undefined,
+  start: RunStart,
 ): Promise<SubmitOnceResult> {
   const { text, hash } = encodeRunInput(scope, workflow, input);
   const runId = newRunId();
@@ -233,6 +292,7 @@ async function insert<RI>(
         submitKey: key,
         inputHash: hash,
         steps: stepColumns(workflow),
+        start,
       },
       tx !== undefined,
     );

@@ -23,14 +23,20 @@ export type StepErrorKind =
   | 'input_invalid'
   | 'output_invalid'
   | 'worker_stopped'
-  | 'conflict';
+  | 'conflict'
+  | 'snooze_limit';
 
 /** The states of a run; `running` until it completes, fails or is cancelled. */
 export type RunState = 'running' | 'completed' | 'failed' | 'cancelled';
-/** The states of a step (a node of a run); see docs/concepts.md for the transitions. */
+/**
+ * The states of a step (a node of a run); see docs/concepts.md for the transitions. `scheduled`:
+ * waiting for its time (a delayed run, a node timer, a snooze); claimable once `scheduledAt` has
+ * come by PostgreSQL's clock.
+ */
 export type StepState =
   | 'pending'
   | 'available'
+  | 'scheduled'
   | 'running'
   | 'retryable'
   | 'completed'
@@ -49,7 +55,8 @@ export interface StepError {
    * action's schema), `output_invalid` (the output is not storable JSON), `worker_stopped` (the
    * worker's stop grace period ran out; retried at once, and it counts as an attempt), `conflict`
    * (its `completionTx` lost a deadlock or serialization failure; retried at once, the attempt
-   * given back).
+   * given back), `snooze_limit` (the step snoozed its action's `maxSnoozes` times and asked
+   * for one more).
    */
   kind: StepErrorKind;
   stack?: string;
@@ -69,7 +76,10 @@ export interface StepInfo {
   reopenedAfterAttempt: number | null;
   output: Json | null;
   errors: StepError[];
+  /** When the step is (or was) claimable: its time, for a scheduled or retryable step. */
   scheduledAt: Date;
+  /** Times the step snoozed (`SnoozeError`): each one waited without using an attempt. */
+  snoozes: number;
   leaseOwner: string | null;
   leaseExpiresAt: Date | null;
   startedAt: Date | null;
@@ -108,6 +118,16 @@ export interface SubmitOptions {
    * transaction commits. Anything with pg's `query` (a `PoolClient` after BEGIN, a `Tx`).
    */
   tx?: Tx;
+  /**
+   * Start the run at this time (PostgreSQL's clock decides when it has come): its root nodes are
+   * `scheduled` until then. A time in the past starts it at once. Not with `delayMs`.
+   */
+  runAt?: Date;
+  /**
+   * Start the run this many ms after the submit (measured by PostgreSQL's clock from the insert):
+   * 0 to `MAX_DELAY_MS`. Not with `runAt`.
+   */
+  delayMs?: number;
 }
 
 /** Result of `submit`. */

@@ -71,6 +71,8 @@ export interface WorkerStats {
   failed: number;
   /** Completions or failures refused by the fence: the lease had been lost. */
   leaseLost: number;
+  /** Attempts that snoozed (`SnoozeError`): run again later without using an attempt. */
+  snoozed: number;
   /** Steps moved by this worker's sweeps (from any worker). */
   swept: number;
 }
@@ -82,7 +84,14 @@ export interface WorkerStats {
 export class Worker {
   /** This worker's id, the `lease_owner` of its claims. */
   readonly workerId: string;
-  readonly stats: WorkerStats = { claimed: 0, completed: 0, failed: 0, leaseLost: 0, swept: 0 };
+  readonly stats: WorkerStats = {
+    claimed: 0,
+    completed: 0,
+    failed: 0,
+    leaseLost: 0,
+    snoozed: 0,
+    swept: 0,
+  };
   private readonly workflows: Map<string, Workflow<unknown>>;
   private readonly concurrency: number;
   private readonly listenEnabled: boolean;

@@ -14,7 +14,8 @@ import { defineStatement, type Queryable, type SqlScope, send } from './statemen
 export const claimStepsSql = (s: string) => `
 WITH c AS MATERIALIZED (
   SELECT run_id, node FROM ${s}.cyclone_steps
-  WHERE state IN ('available', 'retryable') AND workflow = ANY($1::text[]) AND scheduled_at <= now()
+  WHERE state IN ('available', 'retryable', 'scheduled') AND workflow = ANY($1::text[])
+    AND scheduled_at <= now()
     AND workflow || '/' || node = ANY($5::text[])
   ORDER BY scheduled_at
   LIMIT $2
@@ -25,9 +26,11 @@ WITH c AS MATERIALIZED (
       lease_expires_at = now() + make_interval(secs => $4::double precision / 1000),
       started_at = now(), updated_at = now()
   FROM c WHERE t.run_id = c.run_id AND t.node = c.node
-  RETURNING t.run_id, t.node, t.workflow, t.action, t.attempt, t.max_attempts, t.ancestors
+  RETURNING t.run_id, t.node, t.workflow, t.action, t.attempt, t.max_attempts, t.ancestors,
+            t.snoozes
 )
-SELECT u.run_id, u.node, u.workflow, u.action, u.attempt, u.max_attempts, r.input AS run_input,
+SELECT u.run_id, u.node, u.workflow, u.action, u.attempt, u.max_attempts, u.snoozes,
+  r.input AS run_input,
   CASE WHEN cardinality(u.ancestors) = 0 THEN '{}'::jsonb ELSE
   (SELECT coalesce(jsonb_object_agg(a.node, a.output), '{}'::jsonb) FROM ${s}.cyclone_steps a
    WHERE a.run_id = u.run_id AND a.node = ANY(u.ancestors) AND a.state = 'completed') END AS upstream
@@ -42,6 +45,8 @@ export interface ClaimedStep {
   /** The claim's fencing token. */
   attempt: number;
   max_attempts: number;
+  /** Snoozes the step took before this attempt. */
+  snoozes: number;
   run_input: Json;
   /** Outputs of the node's completed ancestors, by node name. */
   upstream: Record<string, Json>;
@@ -70,4 +75,35 @@ export async function claimSteps(
     p.nodeKeys,
   ]);
   return rows;
+}
+
+/**
+ * How long until the next claimable step of the workflows $1 (only the nodes $2) is due, in ms
+ * by the database's clock; no row when none is waiting. The claim index is read from now on in
+ * scheduled_at order, so this stops at the first matching row however many are due later.
+ */
+export const nextDueSql = (s: string) => `
+SELECT (extract(epoch FROM (scheduled_at - now())) * 1000)::float8 AS due_in_ms
+FROM ${s}.cyclone_steps
+WHERE state IN ('available', 'retryable', 'scheduled') AND workflow = ANY($1::text[])
+  AND scheduled_at > now() AND workflow || '/' || node = ANY($2::text[])
+ORDER BY scheduled_at
+LIMIT 1`;
+
+const nextDueStatement = defineStatement('next_due', nextDueSql);
+
+/**
+ * Milliseconds until the worker's next step is due (its time by the database's clock), or
+ * undefined when none of its workflows has a step waiting for its time.
+ */
+export async function nextDueIn(
+  on: Queryable,
+  db: SqlScope,
+  p: { workflows: string[]; nodeKeys: string[] },
+): Promise<number | undefined> {
+  const { rows } = await send<{ due_in_ms: number }>(on, nextDueStatement(db), [
+    p.workflows,
+    p.nodeKeys,
+  ]);
+  return rows[0]?.due_in_ms;
 }

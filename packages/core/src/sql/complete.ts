@@ -61,14 +61,20 @@ WITH input AS (
 ), released AS (
   UPDATE ${s}.cyclone_steps t
   SET deps_remaining = t.deps_remaining - e.n,
-      state = CASE WHEN t.deps_remaining = e.n AND t.state = 'pending' THEN 'available' ELSE t.state END,
-      scheduled_at = CASE WHEN t.deps_remaining = e.n THEN now() ELSE t.scheduled_at END,
+      -- A node with a timer waits 'scheduled' for delay_ms after its last upstream completed.
+      state = CASE WHEN t.deps_remaining = e.n AND t.state = 'pending'
+                   THEN CASE WHEN t.delay_ms > 0 THEN 'scheduled' ELSE 'available' END
+                   ELSE t.state END,
+      scheduled_at = CASE WHEN t.deps_remaining = e.n
+                          THEN now() + make_interval(secs => t.delay_ms::double precision / 1000)
+                          ELSE t.scheduled_at END,
       updated_at = now()
   FROM edges e WHERE t.run_id = e.run_id AND t.node = e.node
   RETURNING t.run_id, t.state, t.workflow
 ), per_run AS (
   SELECT d.run_id, count(*)::int AS completed,
-         (SELECT count(*) FROM released r WHERE r.run_id = d.run_id AND r.state = 'available')::int
+         (SELECT count(*) FROM released r
+          WHERE r.run_id = d.run_id AND r.state IN ('available', 'scheduled'))::int
            AS released
   FROM done d GROUP BY d.run_id
   -- Run rows in id order; per_run counts the released rows, so they all come after those.
@@ -90,7 +96,8 @@ WITH input AS (
 )
 SELECT d.run_id, d.node, d.attempt,
   (SELECT count(pg_notify($5, w.workflow))
-   FROM (SELECT DISTINCT workflow FROM released WHERE state = 'available') w)::int AS notified
+   FROM (SELECT DISTINCT workflow FROM released WHERE state IN ('available', 'scheduled')) w)::int
+  AS notified
 FROM done d`;
 
 /**
@@ -215,6 +222,43 @@ export async function failStep(
     db.channel,
     p.workflow,
     p.refundAttempt ? 1 : 0,
+  ]);
+  return rows;
+}
+
+/**
+ * Snoozes a step, fenced like the completion: `scheduled` at now() + $4 ms, one more snooze, and
+ * the attempt given back (`max_attempts` + 1: the claim counted one, the snooze must not use it),
+ * with no error entry. The run's counters do not move (`running` and `scheduled` both count as
+ * active). Workers are told (NOTIFY), so an idle one re-reads when its next step is due.
+ * $1 run_id, $2 node, $3 attempt, $4 delay ms, $5 channel. Returns the step's snooze count, or
+ * no row when the fence did not match.
+ */
+export const snoozeStepSql = (s: string) => `
+UPDATE ${s}.cyclone_steps
+SET state = 'scheduled', snoozes = snoozes + 1, max_attempts = max_attempts + 1,
+    scheduled_at = now() + make_interval(secs => $4::double precision / 1000),
+    lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
+WHERE run_id = $1 AND node = $2 AND attempt = $3 AND state = 'running'
+RETURNING snoozes, pg_notify($5, workflow) IS NULL AS notified`;
+
+const snoozeStepStatement = defineStatement('snooze_step', snoozeStepSql);
+
+/**
+ * Snoozes a step for `delayMs`, fenced on its attempt.
+ * @returns `[{ snoozes }]` when recorded, `[]` when fenced out (the lease was lost).
+ */
+export async function snoozeStep(
+  on: Queryable,
+  db: SqlScope,
+  p: { runId: string; node: string; attempt: number; delayMs: number },
+): Promise<{ snoozes: number }[]> {
+  const { rows } = await send<{ snoozes: number }>(on, snoozeStepStatement(db), [
+    p.runId,
+    p.node,
+    p.attempt,
+    p.delayMs,
+    db.channel,
   ]);
   return rows;
 }

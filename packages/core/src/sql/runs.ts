@@ -53,7 +53,8 @@ export const reactivateRunSql = (s: string) =>
 export const cancelStepsSql = (s: string) =>
   `UPDATE ${s}.cyclone_steps SET state = 'cancelled', lease_owner = NULL,
            lease_expires_at = NULL, updated_at = now()
-         WHERE run_id = $1 AND state IN ('pending', 'available', 'running', 'retryable')`;
+         WHERE run_id = $1
+           AND state IN ('pending', 'available', 'scheduled', 'running', 'retryable')`;
 
 /** Marks a run cancelled. $1 run id. */
 export const cancelRunSql = (s: string) =>

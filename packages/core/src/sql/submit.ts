@@ -9,7 +9,10 @@ import { defineStatement, type Queryable, type SqlScope, send } from './statemen
  * submit_key) DO NOTHING`: no row comes back when the key exists.
  * $1 id, $2 workflow, $3 input jsonb, $4 submit_key, $5 input_hash, $6 step count, $7 root
  * count, $8 nodes[], $9 actions[], $10 max_attempts[], $11 deps[], $12 downstream jsonb[],
- * $13 ancestors jsonb[], $14 channel.
+ * $13 ancestors jsonb[], $14 channel, $15 run_at timestamptz or NULL, $16 delay ms (from now()
+ * when $15 is NULL), $17 node delays ms bigint[]. A root node waits `scheduled` until the run's
+ * start plus its own delay when that is in the future, by the database's clock; the other nodes
+ * keep their delay for the moment they are released.
  */
 export const insertRunSql = (s: string) => `
 WITH run AS (
@@ -20,14 +23,22 @@ WITH run AS (
   RETURNING id
 ), steps AS (
   INSERT INTO ${s}.cyclone_steps
-    (run_id, node, workflow, action, state, max_attempts, deps_remaining, downstream, ancestors)
+    (run_id, node, workflow, action, state, max_attempts, deps_remaining, downstream, ancestors,
+     delay_ms, scheduled_at)
   SELECT run.id, n.node, $2, n.action,
-         CASE WHEN n.deps = 0 THEN 'available' ELSE 'pending' END,
+         CASE WHEN n.deps > 0 THEN 'pending' WHEN t.at > now() THEN 'scheduled'
+              ELSE 'available' END,
          n.max_attempts, n.deps,
          ARRAY(SELECT jsonb_array_elements_text(n.downstream)),
-         ARRAY(SELECT jsonb_array_elements_text(n.ancestors))
-  FROM run, unnest($8::text[], $9::text[], $10::int[], $11::int[], $12::jsonb[], $13::jsonb[])
-       AS n(node, action, max_attempts, deps, downstream, ancestors)
+         ARRAY(SELECT jsonb_array_elements_text(n.ancestors)),
+         n.delay_ms, CASE WHEN n.deps = 0 THEN greatest(t.at, now()) ELSE now() END
+  FROM run,
+       unnest($8::text[], $9::text[], $10::int[], $11::int[], $12::jsonb[], $13::jsonb[],
+              $17::bigint[])
+         AS n(node, action, max_attempts, deps, downstream, ancestors, delay_ms),
+       LATERAL (SELECT coalesce($15::timestamptz,
+                                now() + make_interval(secs => $16::double precision / 1000))
+                       + make_interval(secs => n.delay_ms::double precision / 1000) AS at) t
   RETURNING 1
 )
 SELECT (SELECT id FROM run) AS id, (SELECT count(*) FROM steps)::int AS steps, pg_notify($14, $2)
@@ -38,19 +49,24 @@ WHERE EXISTS (SELECT 1 FROM run)`;
  * one round trip and one parse for up to a chunk of runs instead of one per run). The runs come
  * in as arrays (unnest); their steps are the cross product of the inserted runs and the
  * workflow's nodes, which are the same for every run of a workflow (as in `insertRun`: roots
- * `available`, the rest `pending`). No submit key, so no conflict: the statement inserts every
- * row or fails whole. One NOTIFY per statement.
+ * `available` or `scheduled`, the rest `pending`). No submit key, so no conflict: the statement
+ * inserts every row or fails whole. One NOTIFY per statement.
  * $1 ids uuid[], $2 inputs jsonb[], $3 input_hashes text[], $4 workflow, $5 step count per run,
  * $6 root count, $7 nodes[], $8 actions[], $9 max_attempts[], $10 deps[], $11 downstream
- * jsonb[], $12 ancestors jsonb[], $13 channel. Returns one row: `runs`, `steps` inserted.
+ * jsonb[], $12 ancestors jsonb[], $13 channel, $14 run_at or NULL, $15 delay ms, $16 node delays
+ * ms bigint[] (as in `insertRun`). Returns one row: `runs`, `steps` inserted.
  */
 export const insertRunsSql = (s: string) => `
 WITH n AS MATERIALIZED (
   SELECT n.node, n.action, n.max_attempts, n.deps,
          ARRAY(SELECT jsonb_array_elements_text(n.downstream)) AS downstream,
-         ARRAY(SELECT jsonb_array_elements_text(n.ancestors)) AS ancestors
-  FROM unnest($7::text[], $8::text[], $9::int[], $10::int[], $11::jsonb[], $12::jsonb[])
-       AS n(node, action, max_attempts, deps, downstream, ancestors)
+         ARRAY(SELECT jsonb_array_elements_text(n.ancestors)) AS ancestors,
+         n.delay_ms,
+         coalesce($14::timestamptz, now() + make_interval(secs => $15::double precision / 1000))
+           + make_interval(secs => n.delay_ms::double precision / 1000) AS at
+  FROM unnest($7::text[], $8::text[], $9::int[], $10::int[], $11::jsonb[], $12::jsonb[],
+              $16::bigint[])
+       AS n(node, action, max_attempts, deps, downstream, ancestors, delay_ms)
 ), run AS (
   INSERT INTO ${s}.cyclone_runs
     (id, workflow, state, input, input_hash, steps_remaining, steps_active)
@@ -59,10 +75,13 @@ WITH n AS MATERIALIZED (
   RETURNING id
 ), steps AS (
   INSERT INTO ${s}.cyclone_steps
-    (run_id, node, workflow, action, state, max_attempts, deps_remaining, downstream, ancestors)
+    (run_id, node, workflow, action, state, max_attempts, deps_remaining, downstream, ancestors,
+     delay_ms, scheduled_at)
   SELECT run.id, n.node, $4::text, n.action,
-         CASE WHEN n.deps = 0 THEN 'available' ELSE 'pending' END,
-         n.max_attempts, n.deps, n.downstream, n.ancestors
+         CASE WHEN n.deps > 0 THEN 'pending' WHEN n.at > now() THEN 'scheduled'
+              ELSE 'available' END,
+         n.max_attempts, n.deps, n.downstream, n.ancestors,
+         n.delay_ms, CASE WHEN n.deps = 0 THEN greatest(n.at, now()) ELSE now() END
   FROM run CROSS JOIN n
   RETURNING 1
 )
@@ -87,6 +106,14 @@ export interface StepColumns {
   deps: number[];
   downstream: string[];
   ancestors: string[];
+  /** Each node's timer, ms (0: none). */
+  delays: number[];
+}
+
+/** When a run starts: at `runAt`, or `delayMs` after the insert (database clock); default now. */
+export interface RunStart {
+  runAt: Date | null;
+  delayMs: number;
 }
 
 const stepValues = (c: StepColumns) => [
@@ -120,6 +147,7 @@ export async function insertRun(
     submitKey: string | null;
     inputHash: string;
     steps: StepColumns;
+    start: RunStart;
   },
   plainText = false,
 ): Promise<{ id: string }[]> {
@@ -131,6 +159,9 @@ export async function insertRun(
     p.inputHash,
     ...stepValues(p.steps),
     db.channel,
+    p.start.runAt,
+    p.start.delayMs,
+    p.steps.delays,
   ];
   return (await send<{ id: string }>(on, insertRunStatement(db), values, plainText)).rows;
 }
@@ -149,13 +180,24 @@ export async function insertRuns(
     inputHashes: string[];
     workflow: string;
     steps: StepColumns;
+    start: RunStart;
   },
   plainText = false,
 ): Promise<void> {
   await send(
     on,
     insertRunsStatement(db),
-    [p.runIds, p.inputs, p.inputHashes, p.workflow, ...stepValues(p.steps), db.channel],
+    [
+      p.runIds,
+      p.inputs,
+      p.inputHashes,
+      p.workflow,
+      ...stepValues(p.steps),
+      db.channel,
+      p.start.runAt,
+      p.start.delayMs,
+      p.steps.delays,
+    ],
     plainText,
   );
 }
