@@ -1,7 +1,7 @@
 /**
  * `Client`: its options, its pool and database handle, `migrate()` and `close()`, and one thin
- * method per operation, each delegating to `submit.ts`, `inspect.ts`, `operator.ts` or
- * `retention.ts`. Every transaction but a `submitMany` batch touches the rows of one run, so
+ * method per operation, each delegating to `submit.ts`, `inspect.ts`, `operator.ts`,
+ * `retention.ts` or `schedules.ts`. Every transaction but a `submitMany` batch touches the rows of one run, so
  * operations on different runs never wait on each other.
  */
 
@@ -16,6 +16,8 @@ import { migrateCore } from './migrate.js';
 import * as operator from './operator.js';
 import type { DeleteFinishedRunsOptions, DeleteFinishedRunsResult } from './retention.js';
 import * as retention from './retention.js';
+import type { ScheduleInfo, TriggerScheduleResult } from './schedules.js';
+import * as schedules from './schedules.js';
 import { channelOf, DEFAULT_SCHEMA, quoteSchema } from './schema.js';
 import type { SubmittableWorkflow } from './submit.js';
 import * as submission from './submit.js';
@@ -35,6 +37,7 @@ export type {
   DeleteFinishedRunsResult,
   FinishedRunState,
 } from './retention.js';
+export type { ScheduleInfo, TriggerScheduleResult } from './schedules.js';
 export type { SubmitManyResult, SubmitOnceResult, SubmitOptions, SubmitResult } from './types.js';
 
 /** Options of `Client`. Give `connectionString` or `pool`. */
@@ -262,6 +265,44 @@ export class Client {
    */
   async deleteFinishedRuns(options: DeleteFinishedRunsOptions): Promise<DeleteFinishedRunsResult> {
     return retention.deleteFinishedRuns(this.db, this.logger, options);
+  }
+
+  /**
+   * The cron schedules workers have carried, by name, each with `carried` (a worker carrying it
+   * was seen within the last minute; an uncarried schedule does not fire), `paused`, the last
+   * fire time dealt with and the next one.
+   */
+  async listSchedules(): Promise<ScheduleInfo[]> {
+    return schedules.listSchedules(this.db);
+  }
+
+  /**
+   * Pauses a schedule: no fire time fires until `resumeSchedule` (kept in the database, so it
+   * holds across restarts). Pausing a paused schedule does nothing.
+   * @throws ScheduleNotFoundError when no worker has carried a schedule of this name.
+   */
+  async pauseSchedule(name: string): Promise<void> {
+    return schedules.pauseSchedule(this.db, name);
+  }
+
+  /**
+   * Resumes a paused schedule: it fires again from the next fire time on; the fire times that
+   * passed while it was paused never fire. Resuming an active schedule does nothing.
+   * @throws ScheduleNotFoundError when no worker has carried a schedule of this name.
+   */
+  async resumeSchedule(name: string): Promise<void> {
+    return schedules.resumeSchedule(this.db, name);
+  }
+
+  /**
+   * Asks for one run of the schedule now, outside its cron (paused or not): a worker carrying the
+   * schedule makes it, exactly once, with the request's time as `fireAt` (its submit key is
+   * `schedule:<name>:trigger:<that time>`). Requests made before a worker takes the first one
+   * make one run. With no worker carrying it (`carried: false`), the run is made once one does.
+   * @throws ScheduleNotFoundError when no worker has carried a schedule of this name.
+   */
+  async triggerSchedule(name: string): Promise<TriggerScheduleResult> {
+    return schedules.triggerSchedule(this.db, name);
   }
 
   /** Closes the pool if the client created it. Idempotent. */

@@ -23,7 +23,8 @@ export type CycloneErrorCode =
   | 'WAIT_TIMEOUT'
   | 'CONFIG'
   | 'NON_RETRYABLE'
-  | 'SNOOZE';
+  | 'SNOOZE'
+  | 'SCHEDULE_NOT_FOUND';
 
 /** The marker of class `name`, shared by every copy of the package. */
 const markerOf = (name: string) => Symbol.for(`cyclone.error.${name}`);
@@ -183,6 +184,16 @@ export class RunNotFoundError extends CycloneError {
   constructor(runId: string) {
     super('RUN_NOT_FOUND', `run ${runId} not found`);
     this.runId = runId;
+  }
+}
+
+/** No cron schedule of this name has been carried by a worker (in this schema). */
+export class ScheduleNotFoundError extends CycloneError {
+  readonly schedule: string;
+
+  constructor(schedule: string) {
+    super('SCHEDULE_NOT_FOUND', `schedule '${schedule}' not found`);
+    this.schedule = schedule;
   }
 }
 

@@ -10,10 +10,12 @@ export {
   type DeleteFinishedRunsResult,
   type FinishedRunState,
   type ListRunsOptions,
+  type ScheduleInfo,
   type SubmitManyResult,
   type SubmitOnceResult,
   type SubmitOptions,
   type SubmitResult,
+  type TriggerScheduleResult,
 } from './client.js';
 export type { Context } from './context.js';
 export {
@@ -44,6 +46,7 @@ export {
   NonRetryableError,
   PayloadError,
   RunNotFoundError,
+  ScheduleNotFoundError,
   SnoozeError,
   StepTimeoutError,
   SubmitKeyConflictError,
@@ -53,6 +56,14 @@ export {
 } from './errors.js';
 export { DEFAULT_MAX_PAYLOAD_BYTES } from './json.js';
 export { consoleLogger, type Logger, silentLogger } from './logger.js';
+export {
+  type CatchUp,
+  MAX_CATCH_UP,
+  newSchedule,
+  type Overlap,
+  type Schedule,
+  type ScheduleOptions,
+} from './schedule.js';
 export type {
   Json,
   RunInfo,

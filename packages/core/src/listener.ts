@@ -17,8 +17,8 @@ export interface ListenerParts {
   isRunning(): boolean;
   /** True for a NOTIFY payload (a workflow name) this worker runs. */
   wants(workflow: string): boolean;
-  /** Wakes the claim loop. */
-  wake(): void;
+  /** Wakes the claim loop (or, for a schedule's payload, the scheduler). */
+  wake(payload?: string): void;
 }
 
 /** The LISTEN connection with its reconnect. */
@@ -41,7 +41,7 @@ export class Listener {
       keepAlive: true,
     });
     c.on('notification', (msg) => {
-      if (!msg.payload || parts.wants(msg.payload)) parts.wake();
+      if (!msg.payload || parts.wants(msg.payload)) parts.wake(msg.payload || undefined);
     });
     const reconnect = () => {
       if (this.conn !== c) return;

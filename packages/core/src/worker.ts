@@ -3,7 +3,8 @@
  * pieces of the step lifecycle (ARCHITECTURE.md § The step lifecycle): the claim loop
  * (`claim.ts`), woken by the LISTEN connection (`listener.ts`); each claimed step executed
  * (`execute-step.ts`) and its outcome recorded (`completion.ts`); the leases kept alive
- * (`heartbeat.ts`); expired leases recovered (`sweep.ts`).
+ * (`heartbeat.ts`); expired leases recovered (`sweep.ts`); the cron schedules it carries fired
+ * (`scheduler.ts`).
  */
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
@@ -18,6 +19,8 @@ import { ConfigError } from './errors.js';
 import { Heartbeat } from './heartbeat.js';
 import { Listener } from './listener.js';
 import type { Logger } from './logger.js';
+import type { Schedule } from './schedule.js';
+import { Scheduler } from './scheduler.js';
 import { Sweep } from './sweep.js';
 import { makeWorkerPools } from './worker-pools.js';
 
@@ -62,6 +65,12 @@ export interface WorkerOptions {
    * caller-given pool, everything shares it: size it at least `concurrency + 4`.
    */
   poolSize?: number;
+  /**
+   * Cron schedules this worker carries (`newSchedule`); their workflows must be in `workflows`.
+   * Any number of workers may carry the same schedules: each fire time makes one run.
+   */
+  // biome-ignore lint/suspicious/noExplicitAny: schedules of any input type
+  schedules?: readonly Schedule<any>[];
 }
 
 /** Counters since `start()`. */
@@ -109,6 +118,7 @@ export class Worker {
   private readonly listener: Listener;
   private readonly heartbeat: Heartbeat<StepHandle>;
   private readonly sweep: Sweep;
+  private readonly scheduler: Scheduler | undefined;
 
   /** @throws ConfigError on a bad option or two workflows with one name. */
   constructor(options: WorkerOptions) {
@@ -190,8 +200,11 @@ export class Worker {
       channel: db.channel,
       log,
       isRunning: () => this.state === 'running',
-      wants: (workflow) => this.workflows.has(workflow),
-      wake: () => this.claims.wake(),
+      wants: (payload) => this.workflows.has(payload) || this.scheduler?.wants(payload) === true,
+      wake: (payload) =>
+        payload !== undefined && this.scheduler?.wants(payload)
+          ? this.scheduler.wake()
+          : this.claims.wake(),
     });
     this.heartbeat = new Heartbeat(
       {
@@ -210,6 +223,14 @@ export class Worker {
       },
       { intervalMs: sweepIntervalMs, batchSize: sweepBatchSize },
     );
+    this.scheduler = options.schedules?.length
+      ? new Scheduler({
+          ...control,
+          client,
+          schedules: options.schedules,
+          carries: (workflow) => this.workflows.has(workflow),
+        })
+      : undefined;
   }
 
   /**
@@ -232,6 +253,7 @@ export class Worker {
     if (this.listenEnabled) await this.listener.start();
     this.heartbeat.start();
     this.sweep.start();
+    await this.scheduler?.start();
     this.loopDone = this.claims.run();
     this.log.info(
       { workflows: [...this.workflows.keys()], concurrency: this.concurrency },
@@ -256,6 +278,7 @@ export class Worker {
     }
     this.state = 'stopping';
     this.claims.wake();
+    await this.scheduler?.stop();
     // Longer than Node's timers take means "wait as long as it takes" (about 24.8 days).
     const graceMs = Math.min(options.graceMs ?? 30_000, MAX_TIMER_MS);
     const stopDeadline = Date.now() + graceMs;
