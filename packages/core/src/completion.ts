@@ -14,7 +14,7 @@ import { LeaseLostError } from './errors.js';
 import { type Discarded, Outcome, type Retryable } from './execute-step.js';
 import type { Logger } from './logger.js';
 import type { ClaimedStep } from './sql/claim.js';
-import { completeStep, failStep, snoozeStep } from './sql/complete.js';
+import { completeStepOnTx, failStep, snoozeStep } from './sql/complete.js';
 import { isStepCompletedBy } from './sql/fence.js';
 import type { SqlScope } from './sql/statement.js';
 
@@ -38,6 +38,11 @@ export interface CompleterParts {
   batcher: CompletionBatcher;
   /** How long (ms) to keep retrying a write whose connection failed. */
   retryDeadlineMs: number;
+  /**
+   * The longest a handler's transaction may sit idle on the server once its completion ran and
+   * before its COMMIT (ms): the lease, so it never outlives the claim whatever the network does.
+   */
+  idleLimitMs: number;
   /** The worker's logger (the check after an unknown outcome logs its retries there). */
   log: Logger;
   counters: CompletionCounters;
@@ -91,11 +96,12 @@ export class Completer {
       // Complete on the handler's transaction: its writes and the transition commit together.
       let done = 0;
       try {
-        const r = await completeStep(c, db, {
+        const r = await completeStepOnTx(c, db, {
           runId: row.run_id,
           node: row.node,
           attempt: row.attempt,
           output,
+          idleLimitMs: this.parts.idleLimitMs,
         });
         done = r.length;
         if (done === 0) {

@@ -168,6 +168,7 @@ export class Worker {
       pool: this.pool,
       batcher: new CompletionBatcher(this.controlPool, db),
       retryDeadlineMs: leaseMs,
+      idleLimitMs: leaseMs,
       log,
       counters: this.stats,
     });

@@ -41,6 +41,12 @@ const REVIEWED: Reviewed[] = [
   })),
   {
     file: 'core/src/sql/complete.ts',
+    expression: 'extra',
+    reason:
+      "completeFrom's extra select item: one of the two module constants NO_EXTRA and IDLE_LIMIT (the parameter's type allows only those), fixed SQL with a placeholder",
+  },
+  {
+    file: 'core/src/sql/complete.ts',
     expression: 'input',
     reason:
       "completeFrom's input: one of the two module constants BATCH_INPUT and ONE_INPUT (the parameter's type allows only those), fixed SQL with placeholders",

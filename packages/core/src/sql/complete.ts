@@ -38,7 +38,11 @@ const ONE_INPUT = `SELECT $1::uuid AS run_id, $2::text AS node, $3::int AS attem
     $4::jsonb AS output`;
 
 /** The completion statement over the steps `input` selects (BATCH_INPUT or ONE_INPUT). */
-const completeFrom = (s: string, input: typeof BATCH_INPUT | typeof ONE_INPUT) => `
+const completeFrom = (
+  s: string,
+  input: typeof BATCH_INPUT | typeof ONE_INPUT,
+  extra: typeof NO_EXTRA | typeof IDLE_LIMIT = NO_EXTRA,
+) => `
 WITH input AS (
   ${input}
 ), done AS (
@@ -97,7 +101,7 @@ WITH input AS (
 SELECT d.run_id, d.node, d.attempt,
   (SELECT count(pg_notify($5, w.workflow))
    FROM (SELECT DISTINCT workflow FROM released WHERE state IN ('available', 'scheduled')) w)::int
-  AS notified
+  AS notified${extra}
 FROM done d`;
 
 /**
@@ -133,8 +137,23 @@ SELECT f.state AS step_state, (SELECT state FROM run) AS run_state,
        CASE WHEN f.state = 'retryable' AND $5::double precision <= 0 THEN pg_notify($7, $8) END AS notified
 FROM f`;
 
+/**
+ * `completeStep` on a handler's `completionTx`, which also limits how long the transaction may
+ * then sit idle on the server: $6 ms (`idle_in_transaction_session_timeout`, local to the
+ * transaction). Between this statement and the COMMIT the step's row is locked; if the worker is
+ * cut off in that gap (a partition, a host that dies, a proxy that keeps the TCP peer alive), the
+ * server ends the session after $6 ms, its locks go, and the recovery sweep, which skips locked
+ * rows, can take the step over. Set in the same statement, so no round trip is added.
+ */
+export const completeStepOnTxSql = (s: string) => completeFrom(s, ONE_INPUT, IDLE_LIMIT);
+
+const NO_EXTRA = '';
+const IDLE_LIMIT = `,
+  set_config('idle_in_transaction_session_timeout', $6::text, true) AS idle_limit`;
+
 const completeStepsStatement = defineStatement('complete_steps', completeStepsSql);
 const completeStepStatement = defineStatement('complete_step', completeStepSql);
+const completeStepOnTxStatement = defineStatement('complete_step_on_tx', completeStepOnTxSql);
 const failStepStatement = defineStatement('fail_step', failStepSql);
 
 /** A step's completion: its identity, the attempt that completes it and its output. */
@@ -181,6 +200,27 @@ export async function completeStep(
     p.attempt,
     p.output,
     db.channel,
+  ]);
+  return rows;
+}
+
+/**
+ * Completes one step on its handler's transaction, fenced on its attempt, and limits the
+ * transaction's idle time on the server to `idleLimitMs` until it ends (see `completeStepOnTxSql`).
+ * @returns `[step]` when completed, `[]` when fenced out.
+ */
+export async function completeStepOnTx(
+  on: Queryable,
+  db: SqlScope,
+  p: StepCompletion & { idleLimitMs: number },
+): Promise<StepAttempt[]> {
+  const { rows } = await send<StepAttempt>(on, completeStepOnTxStatement(db), [
+    p.runId,
+    p.node,
+    p.attempt,
+    p.output,
+    db.channel,
+    String(Math.max(1, Math.ceil(p.idleLimitMs))),
   ]);
   return rows;
 }
