@@ -5,7 +5,8 @@
 import { InvalidArgumentError } from 'commander';
 import { CycloneError } from './errors.js';
 import { FINISHED_RUN_STATES, type FinishedRunState } from './retention.js';
-import type { RunInfo, RunSummary } from './types.js';
+import type { ScheduleInfo } from './schedules.js';
+import type { RunInfo, RunSummary, StepInfo } from './types.js';
 
 const DURATION_UNITS: Record<string, number> = {
   ms: 1,
@@ -108,8 +109,45 @@ export function formatRuns(runs: RunSummary[]): string {
   );
 }
 
-/** `cyclone run`: the run's fields, then one row per node with its upstream and last error. */
-export function formatRun(run: RunInfo): string {
+/**
+ * Why `url` cannot be a PostgreSQL connection string (pg would read `notaurl` as a host name and
+ * fail later with a DNS error); undefined when it can. Accepts `postgres://` and `postgresql://`
+ * URLs, `socket:` URLs and a socket directory path.
+ */
+export function databaseUrlProblem(url: string): string | undefined {
+  if (url.startsWith('/') || url.startsWith('socket:')) return undefined;
+  let parsed: URL;
+  try {
+    parsed = new URL(url);
+  } catch {
+    return 'expected postgres://user:password@host:5432/database';
+  }
+  if (parsed.protocol !== 'postgres:' && parsed.protocol !== 'postgresql:') {
+    return `expected a postgres:// or postgresql:// URL, got ${parsed.protocol}//…`;
+  }
+  return undefined;
+}
+
+/**
+ * The line under `cyclone runs` when it shows fewer runs than match: `50 of 1234 runs` (or `of
+ * at least 10000`: the count stops at a cap); undefined when every match is shown.
+ */
+export function formatRunsFooter(
+  shown: number,
+  total: { count: number; capped: boolean },
+): string | undefined {
+  if (!total.capped && total.count <= shown) return undefined;
+  const of = total.capped ? `at least ${total.count}` : String(total.count);
+  return `${shown} of ${of} runs, newest first (--limit up to 1000, --state and --workflow narrow it)`;
+}
+
+/**
+ * `cyclone run`: the run's fields, then one row per node with its upstream and what is known of
+ * it now: the lease owner of a running step, the next attempt's time of a retryable one, the last
+ * error of one that failed; nothing under a completed node (its earlier errors are history,
+ * `--json` has them).
+ */
+export function formatRun(run: RunInfo, now: Date = new Date()): string {
   const head = [
     `run       ${run.runId}`,
     `workflow  ${run.workflow}`,
@@ -119,17 +157,76 @@ export function formatRun(run: RunInfo): string {
     ...(run.submitKey === null ? [] : [`key       ${truncate(run.submitKey, 80)}`]),
     `input     ${truncate(JSON.stringify(run.input), 100)}`,
   ];
-  const rows = run.steps.map((s) => {
-    const last = s.errors[s.errors.length - 1];
-    return [
-      s.node,
-      s.state,
-      `${s.attempt}/${s.maxAttempts}`,
-      s.after.length ? s.after.join(',') : '-',
-      last ? truncate(`[${last.kind}] ${last.message}`.replace(/\s*\n\s*/g, ' '), 100) : '-',
-    ];
-  });
-  return `${head.join('\n')}\n\n${table(['NODE', 'STATE', 'ATTEMPT', 'AFTER', 'LAST ERROR'], rows)}`;
+  const rows = run.steps.map((s) => [
+    s.node,
+    s.state,
+    `${s.attempt}/${s.maxAttempts}`,
+    s.after.length ? s.after.join(',') : '-',
+    stepDetail(s, now),
+  ]);
+  return `${head.join('\n')}\n\n${table(['NODE', 'STATE', 'ATTEMPT', 'AFTER', 'DETAIL'], rows)}`;
+}
+
+/** The DETAIL cell of a step: what its state waits on, and the last error where it matters. */
+function stepDetail(s: StepInfo, now: Date): string {
+  const last = s.errors[s.errors.length - 1];
+  const error = last
+    ? truncate(`[${last.kind}] ${last.message}`.replace(/\s*\n\s*/g, ' '), 100)
+    : undefined;
+  switch (s.state) {
+    case 'running':
+      return `held by ${s.leaseOwner ?? '?'}, lease until ${iso(s.leaseExpiresAt)}`;
+    case 'retryable': {
+      const next = `next attempt ${iso(s.scheduledAt)}${fromNow(s.scheduledAt, now)}`;
+      return error ? `${next}; last error ${error}` : next;
+    }
+    case 'scheduled':
+      return `due ${iso(s.scheduledAt)}${fromNow(s.scheduledAt, now)}${s.snoozes ? `, snoozed ${s.snoozes}×` : ''}`;
+    case 'discarded':
+    case 'cancelled':
+      return error ?? '-';
+    default:
+      // completed (earlier errors are history), pending, available
+      return '-';
+  }
+}
+
+/** ` (in 12s)` for a time ahead of `now`, ` (due)` for one reached; empty without a time. */
+function fromNow(at: Date | string | null, now: Date): string {
+  if (at === null) return '';
+  const ms = new Date(at).getTime() - now.getTime();
+  if (ms <= 0) return ' (due)';
+  if (ms < 1000) return ` (in ${ms}ms)`;
+  if (ms < 120_000) return ` (in ${Math.round(ms / 1000)}s)`;
+  if (ms < 7_200_000) return ` (in ${Math.round(ms / 60_000)}m)`;
+  return ` (in ${Math.round(ms / 3_600_000)}h)`;
+}
+
+/** `cyclone schedules`: one row per cron schedule, or a line saying there is none. */
+export function formatSchedules(schedules: ScheduleInfo[]): string {
+  if (schedules.length === 0) {
+    return 'no schedules (a worker registers the schedules it carries when it starts)';
+  }
+  return table(
+    ['NAME', 'CRON', 'TIMEZONE', 'WORKFLOW', 'STATE', 'LAST FIRE', 'NEXT FIRE'],
+    schedules.map((s) => [
+      s.name,
+      s.cron,
+      s.timezone,
+      s.workflow,
+      scheduleState(s),
+      iso(s.lastFireAt),
+      iso(s.nextFireAt),
+    ]),
+  );
+}
+
+/** `active`, `paused`, `not carried` (no worker has it: it does not fire), and a waiting trigger. */
+function scheduleState(s: ScheduleInfo): string {
+  const state = [s.paused ? 'paused' : s.carried ? 'active' : '', s.carried ? '' : 'not carried']
+    .filter(Boolean)
+    .join(', ');
+  return s.triggerRequestedAt ? `${state}, trigger waiting` : state;
 }
 
 /** Left-aligned columns two spaces apart, as wide as their widest cell; the last is not padded. */

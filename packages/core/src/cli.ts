@@ -1,17 +1,22 @@
 /**
  * The `cyclone` CLI's commands (API.md § The cyclone CLI): migrate, list and inspect runs,
- * operator retry and cancel, and cleanup of finished runs (retention); its parsers and tables are
- * in `cli-format.ts`. Exit codes: 0 success, 1 a failed operation (one line on stderr), 2 bad
- * usage. The database is `--database-url`, else `DATABASE_URL`, else the embedded PostgreSQL.
+ * operator retry and cancel, cleanup of finished runs (retention), and stopping or removing the
+ * embedded server; its parsers and tables are in `cli-format.ts`. Exit codes: 0 success, 1 a
+ * failed operation (one line on stderr), 2 bad usage. The database is `--database-url`, else
+ * `DATABASE_URL`, else the embedded PostgreSQL.
  */
 import { readFileSync, realpathSync } from 'node:fs';
+import { relative } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { Command, CommanderError, Option } from 'commander';
 import {
+  databaseUrlProblem,
   formatDuration,
   formatError,
   formatRun,
   formatRuns,
+  formatSchedules,
+  formatRunsFooter,
   parseBatchSize,
   parseDuration,
   parseFinishedStates,
@@ -19,8 +24,15 @@ import {
   parseMaxRuns,
 } from './cli-format.js';
 import { Client } from './client.js';
-import { resolveDatabaseUrl } from './embedded.js';
+import {
+  embeddedPostgresStatus,
+  removeEmbeddedPostgres,
+  resolveDatabaseUrl,
+  stopEmbeddedPostgres,
+} from './embedded.js';
 import { ConfigError } from './errors.js';
+import { countRuns } from './inspect.js';
+import { cancelRun } from './operator.js';
 import { DEFAULT_DELETE_STATES, type FinishedRunState } from './retention.js';
 import { quoteSchema } from './schema.js';
 import type { RunState } from './types.js';
@@ -33,6 +45,9 @@ export interface CliIo {
 }
 
 const RUN_STATES: readonly RunState[] = ['running', 'completed', 'failed', 'cancelled'];
+
+/** `cyclone runs` counts the matching runs up to this many (a full count is a full scan). */
+const RUNS_COUNT_CAP = 10_000;
 
 interface GlobalOptions {
   databaseUrl?: string;
@@ -81,6 +96,16 @@ export async function main(argv: readonly string[], io: Partial<CliIo> = {}): Pr
       if (e instanceof ConfigError) cmd.error(e.message, { exitCode: 2, code: 'cyclone.usage' });
       throw e;
     }
+    // So is a database URL pg could not mean (it would fail later with a DNS error).
+    const url = g.databaseUrl ?? (env.DATABASE_URL || undefined);
+    const urlProblem = url === undefined ? undefined : databaseUrlProblem(url);
+    if (urlProblem) {
+      const from = g.databaseUrl === undefined ? 'DATABASE_URL' : '--database-url';
+      cmd.error(`invalid database URL (${from}): ${urlProblem}`, {
+        exitCode: 2,
+        code: 'cyclone.usage',
+      });
+    }
     const db = await resolveDatabaseUrl({
       databaseUrl: g.databaseUrl,
       env,
@@ -125,13 +150,21 @@ export async function main(argv: readonly string[], io: Partial<CliIo> = {}): Pr
         cmd: Command,
       ) => {
         await withClient(cmd, async (client) => {
-          const runs = await client.listRuns({
-            state: opts.state,
-            workflow: opts.workflow,
-            limit: opts.limit,
-          });
-          if (opts.json) print(JSON.stringify(runs, null, 2));
-          else print(formatRuns(runs));
+          const filters = { state: opts.state, workflow: opts.workflow };
+          const runs = await client.listRuns({ ...filters, limit: opts.limit });
+          if (opts.json) {
+            print(JSON.stringify(runs, null, 2));
+            return;
+          }
+          print(formatRuns(runs));
+          // Only a full page may hide more; the count stops at a cap, so it stays cheap.
+          if (runs.length === opts.limit) {
+            const footer = formatRunsFooter(
+              runs.length,
+              await countRuns(client.db, filters, RUNS_COUNT_CAP),
+            );
+            if (footer) print(footer);
+          }
         });
       },
     );
@@ -184,10 +217,13 @@ export async function main(argv: readonly string[], io: Partial<CliIo> = {}): Pr
     .command('cancel')
     .description('cancel a run: every unfinished node becomes cancelled')
     .argument('<runId>', 'the run id')
-    .action(async (runId: string, _opts, cmd: Command) => {
+    .option('--json', 'print JSON')
+    .action(async (runId: string, opts: { json?: boolean }, cmd: Command) => {
       await withClient(cmd, async (client) => {
-        await client.cancel(runId);
-        print(`cancelled run ${runId}`);
+        const { cancelled, steps } = await cancelRun(client.db, runId);
+        if (opts.json) print(JSON.stringify({ runId, cancelled, steps }));
+        else if (!cancelled) print(`run ${runId} was already cancelled; nothing to do`);
+        else print(`cancelled run ${runId} (${steps} step${steps === 1 ? '' : 's'} cancelled)`);
       });
     });
 
@@ -249,6 +285,108 @@ export async function main(argv: readonly string[], io: Partial<CliIo> = {}): Pr
         });
       },
     );
+
+  const embedded = program
+    .command('embedded')
+    .description(
+      'the embedded PostgreSQL used without DATABASE_URL: status, stop (also one whose starter was killed), remove',
+    );
+  const dirOption = () =>
+    new Option('--dir <path>', "Cyclone's local directory (the data is in <dir>/pg)").default(
+      '.cyclone',
+    );
+  /** The data directory as the user typed it, for messages. */
+  const shown = (dataDir: string) => relative(process.cwd(), dataDir) || dataDir;
+  embedded
+    .command('status')
+    .description('say whether the embedded server runs, and on which port')
+    .addOption(dirOption())
+    .action(async (opts: { dir: string }) => {
+      const s = await embeddedPostgresStatus({ dir: opts.dir });
+      if (s.pid !== undefined)
+        print(
+          `embedded PostgreSQL at ${shown(s.dataDir)}: running on port ${s.port} (pid ${s.pid})`,
+        );
+      else if (s.exists) print(`embedded PostgreSQL at ${shown(s.dataDir)}: not running`);
+      else print(`no embedded PostgreSQL at ${shown(s.dataDir)}`);
+    });
+  embedded
+    .command('stop')
+    .description('stop the embedded server, whichever process started it; the data is kept')
+    .addOption(dirOption())
+    .action(async (opts: { dir: string }) => {
+      const r = await stopEmbeddedPostgres({ dir: opts.dir });
+      print(
+        r.stopped
+          ? `stopped the embedded PostgreSQL at ${shown(r.dataDir)} (pid ${r.pid})`
+          : `the embedded PostgreSQL at ${shown(r.dataDir)} is not running; nothing to stop`,
+      );
+    });
+  embedded
+    .command('remove')
+    .description('stop the embedded server if it runs, then delete its data directory')
+    .addOption(dirOption())
+    .action(async (opts: { dir: string }) => {
+      const r = await removeEmbeddedPostgres({ dir: opts.dir });
+      print(
+        r.removed
+          ? `removed the embedded PostgreSQL at ${shown(r.dataDir)}${r.stopped ? ' (stopped it first)' : ''}`
+          : `no embedded PostgreSQL at ${shown(r.dataDir)}; nothing to remove`,
+      );
+    });
+
+  program
+    .command('schedules')
+    .description(
+      'list the cron schedules: active, paused or not carried by any worker; last and next fire time',
+    )
+    .option('--json', 'print JSON')
+    .action(async (opts: { json?: boolean }, cmd: Command) => {
+      await withClient(cmd, async (client) => {
+        const schedules = await client.listSchedules();
+        if (opts.json) print(JSON.stringify(schedules, null, 2));
+        else print(formatSchedules(schedules));
+      });
+    });
+
+  const schedule = program
+    .command('schedule')
+    .description('pause, resume or trigger a cron schedule');
+  schedule
+    .command('pause')
+    .description('stop firing the schedule until it is resumed (kept across worker restarts)')
+    .argument('<name>', 'the schedule')
+    .action(async (name: string, _opts, cmd: Command) => {
+      await withClient(cmd, async (client) => {
+        await client.pauseSchedule(name);
+        print(`paused schedule ${name}`);
+      });
+    });
+  schedule
+    .command('resume')
+    .description('fire the schedule again from its next fire time (no backfill of the pause)')
+    .argument('<name>', 'the schedule')
+    .action(async (name: string, _opts, cmd: Command) => {
+      await withClient(cmd, async (client) => {
+        await client.resumeSchedule(name);
+        print(`resumed schedule ${name}`);
+      });
+    });
+  schedule
+    .command('trigger')
+    .description('one run of the schedule now, outside its cron, made by a worker carrying it')
+    .argument('<name>', 'the schedule')
+    .action(async (name: string, _opts, cmd: Command) => {
+      await withClient(cmd, async (client) => {
+        const { requestedAt, carried } = await client.triggerSchedule(name);
+        const at = requestedAt.toISOString();
+        print(
+          carried
+            ? `triggered schedule ${name} at ${at}: a worker carrying it makes the run now`
+            : `triggered schedule ${name} at ${at}: no worker carries it now; the run is made once one does`,
+        );
+      });
+    });
 
   try {
     await program.parseAsync([...argv], { from: 'user' });

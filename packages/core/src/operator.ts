@@ -23,14 +23,28 @@ export function retryAll(db: Db, runId: string): Promise<string[]> {
   return reopen(db, runId, undefined);
 }
 
-/**
- * `Client.cancel`: every unfinished step `cancelled`, then the run. A cancelled run is left as it
- * is; a completed one is refused.
- */
+/** What `cancelRun` did: whether the run was cancelled now, and how many steps with it. */
+export interface CancelOutcome {
+  /** False when the run was already cancelled (nothing changed). */
+  cancelled: boolean;
+  /** Steps moved to `cancelled` (0 for a run that had already finished its work). */
+  steps: number;
+}
+
+/** `Client.cancel`; see `cancelRun`. */
 export async function cancel(db: Db, runId: string): Promise<void> {
+  await cancelRun(db, runId);
+}
+
+/**
+ * Every unfinished step `cancelled`, then the run. A cancelled run is left as it is (`cancelled:
+ * false`); a completed one is refused.
+ * @throws RunNotFoundError; InvalidStateError for a completed run.
+ */
+export async function cancelRun(db: Db, runId: string): Promise<CancelOutcome> {
   if (!isUuid(runId)) throw new RunNotFoundError(String(runId));
-  await inRunTx(db, runId, async (c, run) => {
-    if (run.state === 'cancelled') return;
+  return inRunTx(db, runId, async (c, run) => {
+    if (run.state === 'cancelled') return { cancelled: false, steps: 0 };
     if (run.state === 'completed') {
       throw new InvalidStateError(
         runId,
@@ -39,7 +53,7 @@ export async function cancel(db: Db, runId: string): Promise<void> {
         `run ${runId} is completed; it cannot be cancelled`,
       );
     }
-    await runsSql.cancelRun(c, db, runId);
+    return { cancelled: true, steps: await runsSql.cancelRun(c, db, runId) };
   });
 }
 

@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { count } from '@cyclone/testkit';
+import { count, deferred, waitFor } from '@cyclone/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { main } from '../src/cli.js';
 import { Client } from '../src/client.js';
@@ -213,13 +213,13 @@ describe('cyclone runs / run', () => {
     });
   });
 
-  it('run prints the DAG as a table with the last error', async () => {
+  it('run prints the DAG as a table: the last error of a discarded node, nothing under a completed one', async () => {
     const r = await cli(['run', failed]);
     expect(r.code).toBe(0);
     expect(r.stdout).toContain(`run       ${failed}`);
     expect(r.stdout).toMatch(/state\s+failed/);
     const rows = r.stdout.split('\n');
-    const header = rows.findIndex((l) => /^NODE\s+STATE\s+ATTEMPT\s+AFTER\s+LAST ERROR$/.test(l));
+    const header = rows.findIndex((l) => /^NODE\s+STATE\s+ATTEMPT\s+AFTER\s+DETAIL$/.test(l));
     expect(header).toBeGreaterThan(0);
     const table = rows.slice(header + 1).filter(Boolean);
     expect(table[0]).toMatch(/^reserve\s+completed\s+1\/3\s+-\s+-$/);
@@ -326,14 +326,22 @@ describe('cyclone retry', () => {
 });
 
 describe('cyclone cancel', () => {
-  it('cancels a running run; cancelling again is a no-op; a completed run cannot be cancelled', async () => {
+  it('cancels a running run; cancelling again says it already was; a completed run cannot be cancelled', async () => {
     const { runId } = await client.submit(Idle, {});
     const r = await cli(['cancel', runId]);
-    expect(r).toEqual({ code: 0, stdout: `cancelled run ${runId}\n`, stderr: '' });
+    expect(r).toEqual({
+      code: 0,
+      stdout: `cancelled run ${runId} (1 step cancelled)\n`,
+      stderr: '',
+    });
     const run = await client.getRun(runId);
     expect(run.state).toBe('cancelled');
     expect(run.steps.map((s) => s.state)).toEqual(['cancelled']);
-    expect((await cli(['cancel', runId])).code).toBe(0);
+    expect(await cli(['cancel', runId])).toEqual({
+      code: 0,
+      stdout: `run ${runId} was already cancelled; nothing to do\n`,
+      stderr: '',
+    });
 
     const done = await submitAndWait([]);
     const refused = await cli(['cancel', done]);
@@ -344,6 +352,84 @@ describe('cyclone cancel', () => {
     const missing = await cli(['cancel', 'not-a-run']);
     expect(missing.code).toBe(1);
     expectOneLineError(missing, /^cyclone: run not-a-run not found\n$/);
+  });
+
+  it('--json: whether it cancelled the run now, and how many steps', async () => {
+    const { runId } = await client.submit(Idle, {});
+    const first = await cli(['cancel', runId, '--json']);
+    expect(first).toMatchObject({ code: 0, stderr: '' });
+    expect(JSON.parse(first.stdout)).toEqual({ runId, cancelled: true, steps: 1 });
+    const again = await cli(['cancel', runId, '--json']);
+    expect(JSON.parse(again.stdout)).toEqual({ runId, cancelled: false, steps: 0 });
+  });
+});
+
+describe('cyclone run: what a step waits on', () => {
+  it('a running step shows its lease owner; a retryable one its next attempt and last error', async () => {
+    const held = deferred();
+    const running = deferred();
+    const Slow = newWorkflow('cli_slow', {
+      nodes: {
+        hold: {
+          action: newAction('cli_hold', async () => {
+            running.resolve();
+            await held.promise;
+            return null;
+          }),
+        },
+        flaky: {
+          action: newAction(
+            'cli_flaky',
+            () => {
+              throw new Error('provider unavailable');
+            },
+            { maxAttempts: 5, backoff: () => 3_600_000 },
+          ),
+        },
+      },
+    });
+    const w = new Worker({ client, workflows: [Slow], pollIntervalMs: 50 });
+    await w.start();
+    try {
+      const { runId } = await client.submit(Slow, {});
+      await running.promise;
+      await waitFor('flaky to fail once', async () => {
+        const run = await client.getRun(runId);
+        return run.steps.find((s) => s.node === 'flaky')?.state === 'retryable';
+      });
+      const r = await cli(['run', runId]);
+      expect(r.code).toBe(0);
+      const line = (node: string) => r.stdout.split('\n').find((l) => l.startsWith(node));
+      expect(line('hold')).toMatch(
+        new RegExp(`^hold\\s+running\\s+1/25\\s+-\\s+held by ${w.workerId}, lease until \\d{4}-`),
+      );
+      expect(line('flaky')).toMatch(
+        /^flaky\s+retryable\s+1\/5\s+-\s+next attempt \d{4}-\S+ \(in 60m\); last error \[error\] provider unavailable$/,
+      );
+      await cli(['cancel', runId]);
+    } finally {
+      held.resolve();
+      await w.stop({ graceMs: 5_000 });
+    }
+  });
+});
+
+describe('cyclone runs: how many match', () => {
+  it('a full page says "N of M"; a partial one says nothing more', async () => {
+    const wf = 'cli_count';
+    const Counted = newWorkflow(wf, {
+      nodes: { a: { action: newAction('cli_count_a', () => 1) } },
+    });
+    await client.submitMany(Counted, [{}, {}, {}]);
+    const page = await cli(['runs', '--workflow', wf, '--limit', '2']);
+    expect(page.code).toBe(0);
+    expect(page.stdout.trimEnd().split('\n').pop()).toBe(
+      '2 of 3 runs, newest first (--limit up to 1000, --state and --workflow narrow it)',
+    );
+    const all = await cli(['runs', '--workflow', wf, '--limit', '3']);
+    expect(all.stdout.trimEnd().split('\n')).toHaveLength(4); // header and 3 runs
+    const json = await cli(['runs', '--workflow', wf, '--limit', '2', '--json']);
+    expect(JSON.parse(json.stdout)).toHaveLength(2);
   });
 });
 
@@ -367,11 +453,22 @@ describe('bad usage is exit 2', () => {
       ['--schema', 'Bad-Name', 'runs'],
       /schema name "Bad-Name" is not a plain identifier/,
     ],
+    [
+      'a --database-url that is no URL',
+      ['--database-url', 'notaurl', 'runs'],
+      /^cyclone: invalid database URL \(--database-url\): expected postgres:\/\/user:password@host:5432\/database\n$/,
+    ],
   ])('%s', async (_what, args, pattern) => {
     const r = await cli(args);
     expect(r.code).toBe(2);
     expect(r.stdout).toBe('');
     expectOneLineError(r, pattern);
+  });
+
+  it('a DATABASE_URL that is no PostgreSQL URL', async () => {
+    const r = await cli(['runs'], { DATABASE_URL: 'http://example.com/db' });
+    expect(r).toMatchObject({ code: 2, stdout: '' });
+    expectOneLineError(r, /invalid database URL \(DATABASE_URL\): expected a postgres:\/\//);
   });
 
   it('bare `cyclone` prints the usage and is exit 2; --help and --version are exit 0', async () => {

@@ -120,7 +120,7 @@ describe('embedded PostgreSQL', () => {
 
       const runs = await cyclone(['runs', '--json']);
       expect(runs.stderr).toBe(
-        `cyclone: no DATABASE_URL; using the embedded PostgreSQL already running at .cyclone/pg on port ${port}\n`,
+        `cyclone: no DATABASE_URL; using the embedded PostgreSQL already running at .cyclone/pg on port ${port} (\`cyclone embedded stop\` stops it)\n`,
       );
       expect(runs).toMatchObject({ code: 0, stdout: '[]\n' });
 
@@ -139,6 +139,52 @@ describe('embedded PostgreSQL', () => {
       h.kill('SIGTERM');
     }
     expect(existsSync(join(cwd, '.cyclone/pg/postmaster.pid'))).toBe(false);
+  });
+
+  it('`cyclone embedded stop` stops a server whose starter was killed (kill -9); `remove` deletes it', async () => {
+    const h = holder();
+    let port: string | undefined;
+    try {
+      [, port] = await firstLine(h, /^PORT (\d+) (true|false)$/);
+    } finally {
+      h.kill('SIGKILL');
+    }
+    await new Promise((r) => h.once('exit', r));
+    // The server outlived its starter.
+    const status = await cyclone(['embedded', 'status']);
+    expect(status.stdout).toMatch(
+      new RegExp(
+        `^embedded PostgreSQL at \\.cyclone/pg: running on port ${port} \\(pid \\d+\\)\\n$`,
+      ),
+    );
+    const pid = Number(/pid (\d+)/.exec(status.stdout)?.[1]);
+
+    const stop = await cyclone(['embedded', 'stop']);
+    expect(stop).toEqual({
+      code: 0,
+      stdout: `stopped the embedded PostgreSQL at .cyclone/pg (pid ${pid})\n`,
+      stderr: '',
+    });
+    expect(() => process.kill(pid, 0)).toThrow();
+    expect(existsSync(join(cwd, '.cyclone/pg/postmaster.pid'))).toBe(false);
+    expect(await cyclone(['embedded', 'stop'])).toMatchObject({
+      code: 0,
+      stdout: 'the embedded PostgreSQL at .cyclone/pg is not running; nothing to stop\n',
+    });
+    expect((await cyclone(['embedded', 'status'])).stdout).toBe(
+      'embedded PostgreSQL at .cyclone/pg: not running\n',
+    );
+
+    const remove = await cyclone(['embedded', 'remove']);
+    expect(remove).toMatchObject({
+      code: 0,
+      stdout: 'removed the embedded PostgreSQL at .cyclone/pg\n',
+    });
+    expect(existsSync(join(cwd, '.cyclone/pg'))).toBe(false);
+    expect(await cyclone(['embedded', 'remove'])).toMatchObject({
+      code: 0,
+      stdout: 'no embedded PostgreSQL at .cyclone/pg; nothing to remove\n',
+    });
   });
 
   it('resolveDatabaseUrl prefers --database-url, then DATABASE_URL, without starting anything', async () => {

@@ -22,6 +22,17 @@ export const listRunsSql = (s: string) =>
        WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR workflow = $2)
        ORDER BY created_at DESC, id LIMIT $3`;
 
+/**
+ * How many runs `listRuns` would find without its limit, counted only up to $3 rows (a count of
+ * a large table is a full scan; the CLI says "more than" past the cap). $1 state or NULL, $2
+ * workflow or NULL, as `listRunsSql`.
+ */
+export const countRunsSql = (s: string) =>
+  `SELECT count(*)::int AS n FROM (
+         SELECT 1 FROM ${s}.cyclone_runs
+         WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR workflow = $2)
+         LIMIT $3) capped`;
+
 /** Locks a run's row for an operator action (in a transaction). $1 run id. */
 export const lockRunSql = (s: string) =>
   `SELECT state, steps_active, workflow FROM ${s}.cyclone_runs WHERE id = $1 FOR UPDATE`;
@@ -94,6 +105,7 @@ SELECT count(*)::int AS deleted FROM gone`;
 const selectRunStatement = defineStatement('select_run', selectRunSql, false);
 const selectStepsStatement = defineStatement('select_steps', selectStepsSql, false);
 const listRunsStatement = defineStatement('list_runs', listRunsSql, false);
+const countRunsStatement = defineStatement('count_runs', countRunsSql, false);
 const lockRunStatement = defineStatement('lock_run', lockRunSql, false);
 const lockStepStatement = defineStatement('lock_step', lockStepSql, false);
 const reopenStepsStatement = defineStatement('reopen_steps', reopenStepsSql, false);
@@ -124,6 +136,20 @@ export async function listRuns(
   p: { state: string | null; workflow: string | null; limit: number },
 ): Promise<Row[]> {
   return (await send(on, listRunsStatement(db), [p.state, p.workflow, p.limit])).rows;
+}
+
+/** Runs matching the filters, counted up to `cap`. */
+export async function countRuns(
+  on: Queryable,
+  db: SqlScope,
+  p: { state: string | null; workflow: string | null; cap: number },
+): Promise<number> {
+  const { rows } = await send<{ n: number }>(on, countRunsStatement(db), [
+    p.state,
+    p.workflow,
+    p.cap,
+  ]);
+  return rows[0]?.n ?? 0;
 }
 
 /** What an operator action needs of the run it locked. */
@@ -171,10 +197,14 @@ export async function reactivateRun(
   await send(on, reactivateRunStatement(db), [p.runId, p.activated]);
 }
 
-/** Cancels every unfinished step of a run, then the run. Inside the run's transaction. */
-export async function cancelRun(on: Queryable, db: SqlScope, runId: string): Promise<void> {
-  await send(on, cancelStepsStatement(db), [runId]);
+/**
+ * Cancels every unfinished step of a run, then the run. Inside the run's transaction.
+ * @returns how many steps were cancelled.
+ */
+export async function cancelRun(on: Queryable, db: SqlScope, runId: string): Promise<number> {
+  const steps = await send(on, cancelStepsStatement(db), [runId]);
   await send(on, cancelRunStatement(db), [runId]);
+  return steps.rowCount ?? 0;
 }
 
 /** Wakes the workers of `workflow` (NOTIFY on the schema's channel). */
