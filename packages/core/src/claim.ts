@@ -9,11 +9,19 @@ import { CompletionTx } from './completion-tx.js';
 import { makeContext } from './context.js';
 import { withConnection } from './db.js';
 import type { Workflow } from './definitions.js';
+import { describeError } from './error-entry.js';
 import { LeaseLostError } from './errors.js';
-import { executeStep } from './execute-step.js';
+import { executeStep, Outcome } from './execute-step.js';
 import { LazyChildLogger, type Logger } from './logger.js';
-import { type ClaimedStep, claimSteps, nextDueIn } from './sql/claim.js';
+import {
+  type ClaimedStep,
+  claimSteps,
+  claimStepsWithoutUpstream,
+  nextDueIn,
+  selectUpstream,
+} from './sql/claim.js';
 import type { SqlScope } from './sql/statement.js';
+import type { Json } from './types.js';
 
 /** What the worker keeps of a claimed step until its outcome is recorded. */
 export interface StepHandle {
@@ -186,17 +194,29 @@ export class ClaimLoop {
   /** Claims up to `limit` steps and starts each. @returns how many were claimed. */
   private async claim(limit: number): Promise<number> {
     const { parts, config } = this;
+    const params = {
+      workflows: this.workflowNames,
+      limit,
+      workerId: config.workerId,
+      leaseMs: config.leaseMs,
+      nodeKeys: this.nodeKeys,
+    };
     const rows = await withConnection(parts.controlPool, async (c) => {
       // Known while the statement runs, so that stop() can cancel a claim that hangs.
       this.claimPid = (c as unknown as { processID?: number }).processID;
       try {
-        return await claimSteps(c, parts.db, {
-          workflows: this.workflowNames,
-          limit,
-          workerId: config.workerId,
-          leaseMs: config.leaseMs,
-          nodeKeys: this.nodeKeys,
-        });
+        return await claimSteps(c, parts.db, params);
+      } catch (err) {
+        if (!isLimitExceeded(err)) throw err;
+        // One step's data is over a limit of PostgreSQL's (its upstream outputs too large for
+        // one JSON value): the statement failed whole, and that step, the oldest, would be in
+        // every claim. Claim without the upstream outputs; each step loads its own, so only
+        // the one that cannot fails.
+        parts.log.warn(
+          { err: String(err) },
+          'claim failed on a data limit; claiming steps without their upstream outputs',
+        );
+        return await claimStepsWithoutUpstream(c, parts.db, params);
       } finally {
         this.claimPid = undefined;
       }
@@ -215,6 +235,33 @@ export class ClaimLoop {
       });
     }
     return rows.length;
+  }
+
+  /**
+   * Loads the upstream outputs of a step claimed without them. A step whose outputs cannot be
+   * loaded as one JSON value (over PostgreSQL's limit) is an error of that step alone.
+   * @throws the database error when it is not such a limit (the lease then expires, and the step
+   *   is run again).
+   */
+  private async loadUpstream(
+    row: ClaimedStep,
+    ancestors: readonly string[],
+  ): Promise<{ ok: true; upstream: Record<string, Json> } | { ok: false; error: Error }> {
+    try {
+      const upstream = await selectUpstream(this.parts.pool, this.parts.db, {
+        runId: row.run_id,
+        nodes: ancestors,
+      });
+      return { ok: true, upstream };
+    } catch (err) {
+      if (!isLimitExceeded(err)) throw err;
+      return {
+        ok: false,
+        error: new Error(
+          `the outputs of the upstream nodes of '${row.node}' cannot be loaded as one JSON value: ${describeError(err)} (PostgreSQL's limit for one value is 256 MiB; keep large data outside the outputs and pass references)`,
+        ),
+      };
+    }
   }
 
   /** Starts one claimed step: executes it, then records its outcome; see `StepHandle`. */
@@ -241,6 +288,19 @@ export class ClaimLoop {
       log,
     );
     const run = async () => {
+      const node = workflow.nodeByName.get(row.node);
+      if (row.upstream === null) {
+        const loaded = await this.loadUpstream(row, node?.ancestors ?? []);
+        if (!loaded.ok) {
+          markFinishing();
+          await parts.completer.record(
+            { row, tx, log, backoff: node?.action.backoff },
+            Outcome.discarded('input_invalid', loaded.error),
+          );
+          return;
+        }
+        row.upstream = loaded.upstream;
+      }
       const outcome = await executeStep(row, {
         workflow,
         abort: ac,
@@ -278,4 +338,10 @@ export class ClaimLoop {
       abort: (reason) => ac.abort(reason),
     };
   }
+}
+
+/** A statement that failed on one of PostgreSQL's size limits (SQLSTATE class 54). */
+function isLimitExceeded(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null | undefined)?.code;
+  return typeof code === 'string' && code.startsWith('54');
 }

@@ -97,7 +97,7 @@ export function makeContext(p: ContextParts): Context {
           `node '${name}' is not upstream of '${step.node}' in workflow '${step.workflow}'`,
         );
       }
-      return step.upstream[name] as T;
+      return step.upstream?.[name] as T;
     },
     async assertLease() {
       // On the open transaction if there is one, else on the control pool: never wait for a

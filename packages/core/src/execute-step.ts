@@ -208,7 +208,7 @@ function snooze(node: NodeDef<unknown>, row: ClaimedStep, error: SnoozeError): O
 function mapInput(node: NodeDef<unknown>, row: ClaimedStep): unknown {
   let mapped: unknown;
   try {
-    mapped = node.input ? node.input(row.run_input, row.upstream) : row.run_input;
+    mapped = node.input ? node.input(row.run_input, row.upstream ?? {}) : row.run_input;
   } catch (err) {
     throw new InputValidationError(
       row.workflow,

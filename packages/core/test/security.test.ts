@@ -40,6 +40,12 @@ const REVIEWED: Reviewed[] = [
       "the fence fragments' operands: SQL expressions written by Cyclone's own statement builders ('$n' placeholders, column references such as l.run_id, a table alias), never data",
   })),
   {
+    file: 'core/src/sql/claim.ts',
+    expression: 'upstream(s)',
+    reason:
+      "claimFrom's upstream column: one of the two module builders WITH_UPSTREAM and WITHOUT_UPSTREAM (the parameter's type allows only those), given the quoted schema",
+  },
+  {
     file: 'core/src/sql/complete.ts',
     expression: 'extra',
     reason:

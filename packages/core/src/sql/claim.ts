@@ -11,7 +11,10 @@ import { defineStatement, type Queryable, type SqlScope, send } from './statemen
  * lock and update more rows than the limit). The attempt it sets
  * is the claim's fencing token. Returns the run input and the outputs of completed ancestors.
  */
-export const claimStepsSql = (s: string) => `
+export const claimStepsSql = (s: string) => claimFrom(s, WITH_UPSTREAM);
+
+/** The claim over the upstream expression `upstream` (WITH_UPSTREAM or WITHOUT_UPSTREAM). */
+const claimFrom = (s: string, upstream: typeof WITH_UPSTREAM | typeof WITHOUT_UPSTREAM) => `
 WITH c AS MATERIALIZED (
   SELECT run_id, node FROM ${s}.cyclone_steps
   WHERE state IN ('available', 'retryable', 'scheduled') AND workflow = ANY($1::text[])
@@ -31,10 +34,29 @@ WITH c AS MATERIALIZED (
 )
 SELECT u.run_id, u.node, u.workflow, u.action, u.attempt, u.max_attempts, u.snoozes,
   r.input AS run_input,
-  CASE WHEN cardinality(u.ancestors) = 0 THEN '{}'::jsonb ELSE
-  (SELECT coalesce(jsonb_object_agg(a.node, a.output), '{}'::jsonb) FROM ${s}.cyclone_steps a
-   WHERE a.run_id = u.run_id AND a.node = ANY(u.ancestors) AND a.state = 'completed') END AS upstream
+  ${upstream(s)}
 FROM u JOIN ${s}.cyclone_runs r ON r.id = u.run_id`;
+
+const WITH_UPSTREAM = (s: string) => `CASE WHEN cardinality(u.ancestors) = 0 THEN '{}'::jsonb ELSE
+  (SELECT coalesce(jsonb_object_agg(a.node, a.output), '{}'::jsonb) FROM ${s}.cyclone_steps a
+   WHERE a.run_id = u.run_id AND a.node = ANY(u.ancestors) AND a.state = 'completed') END AS upstream`;
+const WITHOUT_UPSTREAM = (_s: string) =>
+  `CASE WHEN cardinality(u.ancestors) = 0 THEN '{}'::jsonb END AS upstream`;
+
+/**
+ * The claim without the upstream outputs: `upstream` is NULL for a step with ancestors, to be
+ * loaded step by step (`selectUpstream`). The fallback when the claim itself fails on a limit
+ * of PostgreSQL's (one step's upstream outputs over the 256 MiB a JSON value may hold), so that
+ * one such step never stops the claims of everything else.
+ */
+export const claimStepsWithoutUpstreamSql = (s: string) => claimFrom(s, WITHOUT_UPSTREAM);
+
+/**
+ * The outputs of the completed nodes $2 (text[]) of run $1, as one JSON object by node name.
+ */
+export const selectUpstreamSql = (s: string) =>
+  `SELECT coalesce(jsonb_object_agg(a.node, a.output), '{}'::jsonb) AS upstream
+   FROM ${s}.cyclone_steps a WHERE a.run_id = $1 AND a.node = ANY($2::text[]) AND a.state = 'completed'`;
 
 /** A step as the claim returns it: leased to the worker at `attempt`, with what its handler needs. */
 export interface ClaimedStep {
@@ -48,24 +70,64 @@ export interface ClaimedStep {
   /** Snoozes the step took before this attempt. */
   snoozes: number;
   run_input: Json;
-  /** Outputs of the node's completed ancestors, by node name. */
-  upstream: Record<string, Json>;
+  /**
+   * Outputs of the node's completed ancestors, by node name; null when the claim left them to be
+   * loaded on their own (`claimStepsWithoutUpstream`).
+   */
+  upstream: Record<string, Json> | null;
 }
 
 const claimStepsStatement = defineStatement('claim_steps', claimStepsSql);
+const claimStepsWithoutUpstreamStatement = defineStatement(
+  'claim_steps_without_upstream',
+  claimStepsWithoutUpstreamSql,
+);
+const selectUpstreamStatement = defineStatement('select_upstream', selectUpstreamSql, false);
+
+/** What `claimSteps` takes. */
+export interface ClaimParams {
+  workflows: string[];
+  limit: number;
+  workerId: string;
+  leaseMs: number;
+  /** `workflow/node` of every node the worker can run. */
+  nodeKeys: string[];
+}
+
+/** `claimSteps` without the upstream outputs; see `claimStepsWithoutUpstreamSql`. */
+export async function claimStepsWithoutUpstream(
+  on: Queryable,
+  db: SqlScope,
+  p: ClaimParams,
+): Promise<ClaimedStep[]> {
+  const { rows } = await send<ClaimedStep>(on, claimStepsWithoutUpstreamStatement(db), [
+    p.workflows,
+    p.limit,
+    p.workerId,
+    p.leaseMs,
+    p.nodeKeys,
+  ]);
+  return rows;
+}
+
+/** The outputs of `run`'s completed nodes among `nodes`, by node name. */
+export async function selectUpstream(
+  on: Queryable,
+  db: SqlScope,
+  p: { runId: string; nodes: readonly string[] },
+): Promise<Record<string, Json>> {
+  const { rows } = await send<{ upstream: Record<string, Json> }>(on, selectUpstreamStatement(db), [
+    p.runId,
+    p.nodes,
+  ]);
+  return rows[0]?.upstream ?? {};
+}
 
 /** Leases up to `limit` claimable steps of `workflows` (only of `nodeKeys`) to `workerId`. */
 export async function claimSteps(
   on: Queryable,
   db: SqlScope,
-  p: {
-    workflows: string[];
-    limit: number;
-    workerId: string;
-    leaseMs: number;
-    /** `workflow/node` of every node the worker can run. */
-    nodeKeys: string[];
-  },
+  p: ClaimParams,
 ): Promise<ClaimedStep[]> {
   const { rows } = await send<ClaimedStep>(on, claimStepsStatement(db), [
     p.workflows,
