@@ -3,13 +3,14 @@
  * needs, so that callers branch on data rather than on message text. Adapters rethrow these as
  * they are.
  *
- * Two families, because the step runner of `@cyclone/core` retries any error except a
- * `NonRetryableError`:
+ * Three families, by what the step runner of `@cyclone/core` does with them:
  * - non-retryable (they extend `NonRetryableError`, so the step is discarded at once): bad
  *   input, determinism, a definitive failure, an unknown outcome under policy `fail`;
- * - retryable (plain `CycloneError`s): not sent, ambiguous, in progress, conflict.
+ * - retryable (plain `CycloneError`s, an attempt used): not sent, ambiguous, conflict;
+ * - snoozes (they extend `SnoozeError`: the step runs again later without using an attempt and
+ *   without an error entry): in progress (a quiet period), rate limited.
  */
-import { CycloneError, NonRetryableError } from '@cyclone/core';
+import { CycloneError, MAX_DELAY_MS, NonRetryableError, SnoozeError } from '@cyclone/core';
 import type { Outcome } from './outcome.js';
 
 /** `NonRetryableError` fixes its code; the subclasses here each need their own stable code. */
@@ -207,26 +208,101 @@ export class NotSentError extends CycloneError {
   }
 }
 
+/** Added to a quiet period's remaining time, so the next attempt finds it over: 100 ms. */
+export const QUIET_PERIOD_MARGIN_MS = 100;
+
+/** A snooze's delay: rounded up, within 0 … `MAX_DELAY_MS` (what `SnoozeError` accepts). */
+function snoozeDelay(ms: number): number {
+  return Number.isFinite(ms) ? Math.min(MAX_DELAY_MS, Math.max(0, Math.ceil(ms))) : MAX_DELAY_MS;
+}
+
 /**
  * An earlier attempt's call under this key may still be in flight (a zombie whose lease was
  * lost): within the quiet period nobody else calls, as an HTTP API answers 409 to a request
- * whose key is still being processed.
- * Retryable: the step's backoff spaces the next look. `retryAfterMs` is what is left of the quiet
- * period.
+ * whose key is still being processed. A `SnoozeError`: the step waits in state `scheduled` until
+ * the quiet period is over (`retryAfterMs` + `QUIET_PERIOD_MARGIN_MS`) without using an attempt
+ * or writing an error entry, then the unknown-outcome policy runs, however short the action's
+ * backoff and however few its attempts. Reconcile policies throw it too, for "not found yet"
+ * (`InProgressError.lookingAgain`). `code` is `IDEMPOTENCY_IN_PROGRESS`.
  */
-export class InProgressError extends CycloneError {
+export class InProgressError extends SnoozeError {
   readonly key: string;
   readonly ownerAttempt: number;
+  /** What is left of the wait (the quiet period, or a reconcile's deadline), ms. */
   readonly retryAfterMs: number;
 
-  constructor(key: string, ownerAttempt: number, retryAfterMs: number) {
+  /**
+   * @param delayMs the snooze; default `retryAfterMs` + `QUIET_PERIOD_MARGIN_MS`.
+   * @param message default: the quiet-period wording, with `retryAfterMs` as "ms left".
+   */
+  constructor(
+    key: string,
+    ownerAttempt: number,
+    retryAfterMs: number,
+    options: { delayMs?: number; message?: string } = {},
+  ) {
     super(
-      'IDEMPOTENCY_IN_PROGRESS',
-      `a call under idempotency key ${key} by attempt ${ownerAttempt} may still be in progress; waiting out the quiet period (${Math.ceil(retryAfterMs)} ms left) before applying the unknown-outcome policy`,
+      snoozeDelay(options.delayMs ?? retryAfterMs + QUIET_PERIOD_MARGIN_MS),
+      options.message ??
+        `a call under idempotency key ${key} by attempt ${ownerAttempt} may still be in progress; waiting out the quiet period (${Math.ceil(retryAfterMs)} ms left) before applying the unknown-outcome policy`,
     );
+    setCode(this, 'IDEMPOTENCY_IN_PROGRESS');
     this.key = key;
     this.ownerAttempt = ownerAttempt;
     this.retryAfterMs = retryAfterMs;
+  }
+
+  /**
+   * For a reconcile that found nothing yet and takes "nothing" for "not sent" only `leftMs` from
+   * now (`assumeNotSentAfterMs`): snoozes half the time waited since the call (`waitedMs`), at
+   * least 1 s and at most until that deadline, so looks thin out as the wait grows and a long
+   * deadline stays within `maxSnoozes`.
+   */
+  static lookingAgain(
+    key: string,
+    ownerAttempt: number,
+    waitedMs: number,
+    leftMs: number,
+  ): InProgressError {
+    const delayMs = Math.min(leftMs + QUIET_PERIOD_MARGIN_MS, Math.max(1_000, waitedMs / 2));
+    return new InProgressError(key, ownerAttempt, leftMs, {
+      delayMs,
+      message: `nothing found yet for idempotency key ${key} (the call by attempt ${ownerAttempt}); looking again in ${Math.ceil(delayMs)} ms, taken as not sent in ${Math.ceil(leftMs)} ms`,
+    });
+  }
+}
+
+/**
+ * The provider asked to slow down (outcome `not_sent` with `rateLimited`: HTTP 429): the call
+ * is recorded as not sent, so the next attempt calls again with the same key, and the step
+ * snoozes (a `SnoozeError`: no attempt used, no error entry) until the time the answer named
+ * (`Retry-After`, a rate-limit reset header), or for `rateLimitBackoffMs` when it named none.
+ * `code` is `IDEMPOTENCY_RATE_LIMITED`; `cause` is the call's error.
+ */
+export class RateLimitedError extends SnoozeError {
+  readonly key: string;
+  readonly outcome: Outcome;
+  /** The wait the provider's answer named, ms; `undefined` when it named none. */
+  readonly retryAfterMs: number | undefined;
+
+  constructor(key: string, outcome: Outcome, delayMs: number, cause?: unknown) {
+    const delay = snoozeDelay(delayMs);
+    super(
+      delay,
+      `the provider rate-limited the call under key ${key} (${outcome.reason ?? 'rate limited'}); recorded as not sent, calling again in ${delay} ms${outcome.retryAfterMs === undefined ? ' (no time named: backoff)' : ''} without using an attempt`,
+    );
+    setCode(this, 'IDEMPOTENCY_RATE_LIMITED');
+    if (cause !== undefined) {
+      Object.defineProperty(this, 'cause', {
+        value: cause,
+        writable: true,
+        configurable: true,
+        enumerable: false,
+      });
+    }
+    this.key = key;
+    this.outcome = outcome;
+    this.retryAfterMs = outcome.retryAfterMs;
   }
 }
 

@@ -27,4 +27,14 @@ export {
   type UnknownPolicy,
 } from './once-options.js';
 export * from './outcome.js';
+export {
+  headerValue,
+  parseRateLimitReset,
+  parseRetryAfter,
+  RATE_LIMIT_BACKOFF_BASE_MS,
+  RATE_LIMIT_BACKOFF_CAP_MS,
+  type ResponseHeaders,
+  rateLimitBackoffMs,
+  retryAfterMs,
+} from './retry-after.js';
 export { LEDGER_TABLE } from './sql.js';

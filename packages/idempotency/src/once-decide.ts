@@ -135,7 +135,8 @@ interface Queryable {
  *   then generation + 1 and call;
  * - `started` with no call stamped (claimed, nothing sent; or not sent) → take over and call;
  * - `started` with a call by this same attempt → `IdempotencyConflictError`;
- * - otherwise an unknown outcome: within the quiet period `InProgressError`, after it the policy.
+ * - otherwise an unknown outcome: within the quiet period `InProgressError` (a snooze until it
+ *   ends), after it the policy.
  */
 async function decideOnLockedRow<T>(
   ctx: Context,
@@ -184,7 +185,8 @@ async function decideOnLockedRow<T>(
     );
   }
 
-  // An unknown outcome: `unknown`, or `started` with a call by an earlier attempt.
+  // An unknown outcome: `unknown`, or `started` with a call by an earlier attempt. Within the
+  // quiet period, snooze until it ends (no attempt used), so the policy always gets to run.
   const age = row.call_age_ms ?? Number.POSITIVE_INFINITY;
   if (age < opts.quietPeriodMs) {
     return thrown(new InProgressError(opts.key, row.owner_attempt, opts.quietPeriodMs - age));

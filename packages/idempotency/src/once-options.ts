@@ -81,8 +81,8 @@ export interface OnceOptions<T> {
   /**
    * How long after a call was let through its outcome may still arrive — the call's worst-case
    * duration (timeout × (retries + 1) + backoff). Within it, an unknown
-   * outcome left by an earlier attempt is "in progress" (retryable `InProgressError`), never
-   * called over. Default `DEFAULT_QUIET_PERIOD_MS` (60 s: enough for a call with a 30 s timeout
+   * outcome left by an earlier attempt is "in progress", never called over: the step snoozes
+   * until it ends (`InProgressError`, no attempt used), then the policy runs. Default `DEFAULT_QUIET_PERIOD_MS` (60 s: enough for a call with a 30 s timeout
    * and one retry). Set it per provider; keep per-call timeouts below it.
    */
   quietPeriodMs?: number;

@@ -12,11 +12,13 @@ import {
   IdempotencyMismatchError,
   IdempotencyPayloadError,
   NotSentError,
+  RateLimitedError,
   type StoredFailure,
 } from './errors.js';
 import { leaseLost } from './once-decide.js';
 import type { Normalised } from './once-options.js';
 import { classifyError, isOutcome, type Outcome } from './outcome.js';
+import { rateLimitBackoffMs } from './retry-after.js';
 import * as sql from './sql.js';
 
 /** Results recorded on a ctx's completionTx (not visible to other connections yet), by key. */
@@ -95,12 +97,16 @@ export async function recordSuccess<T>(
   throw leaseLost(ctx);
 }
 
-/** Classifies a failed call, records it (fenced) and returns the typed error to throw. */
+/**
+ * Classifies a failed call, records it (fenced) and returns the typed error to throw. `call` is
+ * the number of calls made under the key so far, this one included (the rate-limit backoff).
+ */
 export async function recordCallFailure<T>(
   ctx: Context,
   opts: Normalised<T>,
   generation: number,
   err: unknown,
+  call: number,
 ): Promise<Error> {
   let outcome: Outcome | undefined;
   try {
@@ -114,6 +120,16 @@ export async function recordCallFailure<T>(
   switch (outcome.kind) {
     case 'not_sent':
       await writeFailure(ctx, opts, generation, 'started', failure, false);
+      if (outcome.rateLimited === true) {
+        const named = outcome.retryAfterMs;
+        const valid = typeof named === 'number' && Number.isFinite(named) && named >= 0;
+        return new RateLimitedError(
+          opts.key,
+          valid ? outcome : { ...outcome, retryAfterMs: undefined },
+          valid ? named : rateLimitBackoffMs(call),
+          err,
+        );
+      }
       return new NotSentError(opts.key, outcome, err);
     case 'definitive':
       await writeFailure(ctx, opts, generation, 'failed', failure, true);

@@ -10,9 +10,9 @@
  * 2. Call `fn(key, info)` after a last look at `ctx.signal`.
  * 3. Record the outcome: `succeeded` (on `ctx.completionTx()` with `useCompletionTx`, else
  *    committed at once), or the classified failure — `failed` (definitive), `unknown`
- *    (ambiguous), back to "no call" (not sent) — fenced by owner and generation
- *    (`once-record.ts`).
- * 4. An unknown outcome left by an earlier attempt waits out the quiet period (retryable
+ *    (ambiguous), back to "no call" (not sent; a rate-limit answer snoozes the step,
+ *    `RateLimitedError`) — fenced by owner and generation (`once-record.ts`).
+ * 4. An unknown outcome left by an earlier attempt waits out the quiet period (the step snoozes,
  *    `InProgressError`), then follows `onUnknown`: `fail`, `recall` or a reconcile function.
  *
  * This file holds `once` itself and the flow between the steps; its options are in
@@ -76,10 +76,12 @@ function stateOf(ctx: Context): CtxState {
  *   `IdempotencyPayloadError` (request not JSON), `IdempotencyUsageError` (bad option).
  * @throws without calling: `IdempotencyMismatchError` (same key, different request;
  *   non-retryable), `DefinitiveFailureError` with `replayed` (non-retryable),
- *   `InProgressError` (an earlier attempt's call may be in flight; retryable),
+ *   `InProgressError` (an earlier attempt's call may be in flight; a `SnoozeError` until the
+ *   quiet period is over),
  *   `UnknownOutcomeError` (policy `fail`; non-retryable), `IdempotencyConflictError` (the key is
  *   busy; retryable), `LeaseLostError` (this attempt was superseded), `ctx.signal`'s reason.
- * @throws after a failed call, by its outcome: `NotSentError` (retryable),
+ * @throws after a failed call, by its outcome: `NotSentError` (retryable), `RateLimitedError`
+ *   (a 429: a `SnoozeError` for the time the answer named, no attempt used),
  *   `DefinitiveFailureError` (non-retryable), `AmbiguousOutcomeError` (retryable),
  *   `IdempotencyConflictError` (retryable), `IdempotencyMismatchError` (non-retryable); each
  *   has the call's error as `cause`. `IdempotencyPayloadError` when the result is not JSON (the
@@ -222,7 +224,7 @@ async function call<T>(
       signal: ctx.signal,
     });
   } catch (err) {
-    throw await recordCallFailure(ctx, opts, d.generation, err);
+    throw await recordCallFailure(ctx, opts, d.generation, err, d.calls);
   }
   let result: Json;
   try {

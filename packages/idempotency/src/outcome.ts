@@ -4,10 +4,12 @@
  */
 import { CycloneError } from '@cyclone/core';
 import { isNonRetryable } from '@cyclone/core/internal';
+import { type ResponseHeaders, retryAfterMs } from './retry-after.js';
 
 /**
  * - `not_sent`: the request provably never took effect (refused connection, DNS failure, 429):
- *   retry freely, the row goes back to "no call made".
+ *   retry freely, the row goes back to "no call made"; a rate-limit answer (`rateLimited`)
+ *   snoozes the step instead of using an attempt.
  * - `definitive`: the provider answered and nothing will ever change that answer (a 4xx such as
  *   a card decline): record `failed` and stop; later attempts replay the error.
  * - `ambiguous`: the request may or may not have taken effect (timeout, connection reset after
@@ -40,6 +42,16 @@ export interface Outcome {
   status?: number;
   /** The provider's or the transport's error code, e.g. `card_declined`, `ECONNREFUSED`. */
   code?: string;
+  /**
+   * With kind `not_sent`: the provider asked to slow down (HTTP 429, or a 503 that the provider
+   * documents as throttling, not processed). `once` records the call as not sent and snoozes the
+   * step (`RateLimitedError`, a `SnoozeError`: no attempt used, no error entry) for
+   * `retryAfterMs`, or `rateLimitBackoffMs` when the answer named no time; the next attempt
+   * calls again with the same key.
+   */
+  rateLimited?: boolean;
+  /** With `rateLimited`: the wait the answer named (`retryAfterMs(headers)`), in ms. */
+  retryAfterMs?: number;
 }
 
 /** True when `value` is an `Outcome` with a known `kind`. */
@@ -53,14 +65,25 @@ export function isOutcome(value: unknown): value is Outcome {
 
 /**
  * Classifies an HTTP error status, by what each range says about the request's execution:
- * 408, 425 and 429 → `not_sent` (the server did not process the request); 409 → `conflict`;
- * any other 4xx → `definitive`; 5xx and anything else → `ambiguous` (a 500 may have been
- * executed: Stripe stores executed 500s, SendGrid and Twilio document nothing).
+ * 408, 425 and 429 → `not_sent` (the server did not process the request), 429 also
+ * `rateLimited`, with the wait its `headers` name (`retryAfterMs`); 409 → `conflict`; any other
+ * 4xx → `definitive`; 5xx and anything else → `ambiguous` (a 500 may have been executed: Stripe
+ * stores executed 500s, SendGrid and Twilio document nothing), a 503 included: none of the
+ * three providers documents it as throttling.
  */
-export function classifyHttpStatus(status: number): Outcome {
+export function classifyHttpStatus(status: number, headers?: ResponseHeaders): Outcome {
   const reason = `HTTP ${status}`;
-  if (status === 408 || status === 425 || status === 429)
-    return { kind: 'not_sent', status, reason };
+  if (status === 429) {
+    const wait = retryAfterMs(headers);
+    return {
+      kind: 'not_sent',
+      status,
+      reason,
+      rateLimited: true,
+      ...(wait !== undefined ? { retryAfterMs: wait } : {}),
+    };
+  }
+  if (status === 408 || status === 425) return { kind: 'not_sent', status, reason };
   if (status === 409) return { kind: 'conflict', status, reason };
   if (status >= 400 && status < 500) return { kind: 'definitive', status, reason };
   return { kind: 'ambiguous', status, reason };
@@ -106,7 +129,8 @@ function field(obj: unknown, name: string): unknown {
  *    reason) → `ambiguous`: the request may already be on the wire;
  * 4. a transport code on the error or its `cause` (fetch wraps them): connection refused, DNS →
  *    `not_sent`; reset, timeout, broken pipe, premature close → `ambiguous`;
- * 5. an HTTP status (`status`, `statusCode` or `response.status`) → `classifyHttpStatus`;
+ * 5. an HTTP status (`status`, `statusCode` or `response.status`) → `classifyHttpStatus`, with
+ *    the error's `headers` or `response.headers` (a 429's `Retry-After`);
  * 6. anything else → `ambiguous`. Never guess "not sent": a wrong guess is a double effect.
  */
 export function classifyError(err: unknown): Outcome {
@@ -134,7 +158,8 @@ export function classifyError(err: unknown): Outcome {
   const status =
     field(err, 'status') ?? field(err, 'statusCode') ?? field(field(err, 'response'), 'status');
   if (typeof status === 'number' && Number.isInteger(status) && status >= 400) {
-    return classifyHttpStatus(status);
+    const headers = field(err, 'headers') ?? field(field(err, 'response'), 'headers');
+    return classifyHttpStatus(status, headers as ResponseHeaders);
   }
   return { kind: 'ambiguous', reason: 'unclassified error' };
 }

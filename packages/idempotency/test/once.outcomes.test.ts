@@ -1,9 +1,10 @@
 /**
  * The other outcomes of a call (PROVIDERS.md § 4.2, step 3): a definitive failure is recorded
- * and replayed, an operator retry calls again under a fresh generation (`#g1`), and a call that
- * was not sent is retried at once with the same key.
+ * and replayed, an operator retry calls again under a fresh generation (`#g1`), and a call the
+ * provider rate-limited is made again with the same key after a snooze.
  */
 import { Client, type Context, newAction, newWorkflow, type Worker } from '@cyclone/core';
+import { waitFor } from '@cyclone/testkit';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { DefinitiveFailureError, getLedgerEntry, once } from '../src/index.js';
 import { createTestDb, type TestDb } from './support/db.js';
@@ -105,25 +106,57 @@ describe('a definitive failure', () => {
   });
 });
 
-describe('a call that was not sent (HTTP 429)', () => {
-  it('is called again by the next attempt at once, with the same key', async () => {
+describe('a call the provider rate-limited (HTTP 429): a snooze, not an attempt', () => {
+  it('Retry-After: 1 → recorded as not sent, called again with the same key ≥ 1 s later, no attempt used', async () => {
     provider = await FakeProvider.start();
-    provider.inject({ status: 429 });
+    provider.inject({ status: 429, headers: { 'retry-after': '1' } });
     // The default quiet period is 60 s: had "not sent" been taken for an unknown outcome, the
     // next attempt would wait it out and this test would time out.
     const { runId, key } = await start({ wrap: false });
     const run = await client.waitForRun(runId, { timeoutMs: 10_000 });
     expect(run.state).toBe('completed');
-    expect(run.steps[0]?.attempt).toBe(2);
-    expect((await stepErrors(db.pool, runId, 'pay'))[0]?.message).toMatch(
-      /was not sent \(HTTP 429\)/,
-    );
+    const step = run.steps[0];
+    // The snooze gave back the attempt its claim counted: attempts left are what they were.
+    expect(step?.snoozes).toBe(1);
+    expect(step?.attempt).toBe(2);
+    expect(step?.maxAttempts).toBe(6);
+    expect(step?.errors).toEqual([]);
+    const [first, second] = provider.received;
     expect(provider.received.map((r) => r.key)).toEqual([key, key]);
+    expect((second?.at.getTime() ?? 0) - (first?.at.getTime() ?? 0)).toBeGreaterThanOrEqual(1_000);
     expect(await getLedgerEntry(client, key)).toMatchObject({
       phase: 'succeeded',
       generation: 0,
       calls: 2,
       error: { outcome: 'not_sent', status: 429 },
     });
+  });
+
+  it('no time named → the rate-limit backoff (1 s on the first call), still no attempt used', async () => {
+    provider = await FakeProvider.start();
+    provider.inject({ status: 429 });
+    const { runId, key } = await start({ wrap: false });
+    const run = await client.waitForRun(runId, { timeoutMs: 10_000 });
+    expect(run.state).toBe('completed');
+    expect(run.steps[0]).toMatchObject({ snoozes: 1, attempt: 2, maxAttempts: 6, errors: [] });
+    const [first, second] = provider.received;
+    expect(provider.received.map((r) => r.key)).toEqual([key, key]);
+    expect((second?.at.getTime() ?? 0) - (first?.at.getTime() ?? 0)).toBeGreaterThanOrEqual(1_000);
+  });
+
+  it('a 503 with Retry-After stays an ambiguous outcome (it may have been executed): an attempt is used', async () => {
+    provider = await FakeProvider.start();
+    provider.inject({ status: 503, headers: { 'retry-after': '1' } });
+    const { runId } = await start({ wrap: false });
+    // Policy fail (once's default) after the 60 s quiet period: the step snoozes, not fails.
+    const step = await waitFor('the snooze of attempt 2', async () => {
+      const s = (await client.getRun(runId)).steps[0];
+      return s && s.snoozes >= 1 ? s : undefined;
+    });
+    expect(step.errors.map((e) => e.message)).toEqual([
+      expect.stringMatching(/may or may not have taken effect \(HTTP 503\)/),
+    ]);
+    expect(step.state).toBe('scheduled');
+    expect(provider.received).toHaveLength(1);
   });
 });

@@ -1,7 +1,8 @@
 /**
  * Issue test 3: a zombie attempt still in flight. Worker A claims the step, its call hangs at the
  * provider (fault `hold`) and A never heartbeats, so its lease expires; worker B sweeps and
- * claims the next attempts. B must not call while A's call may still be in flight.
+ * claims the next attempts. B must not call while A's call may still be in flight: it snoozes
+ * until the quiet period is over.
  */
 import { Client, type Context, newAction, newWorkflow, type Worker } from '@cyclone/core';
 import { waitFor } from '@cyclone/testkit';
@@ -68,21 +69,31 @@ async function zombieInFlight(input: Input): Promise<{ runId: string; key: strin
   return { runId, key: `${runId}:call` };
 }
 
-const inProgress = async (runId: string) =>
-  (await stepErrors(db.pool, runId, 'call')).filter((e) =>
-    /may still be in progress/.test(e.message),
-  ).length;
+/** The step, once one of its attempts snoozed (an "in progress" wait for the quiet period). */
+const snoozed = (runId: string) =>
+  waitFor('an attempt snoozing out the quiet period', async () => {
+    const step = (await client.getRun(runId)).steps[0];
+    return step && step.snoozes >= 1 ? step : undefined;
+  });
 
 describe('test 3: a zombie attempt still in flight', () => {
-  it('the new attempts wait out the quiet period ("in progress") instead of calling concurrently', async () => {
+  it('the new attempt snoozes out the quiet period ("in progress") instead of calling concurrently', async () => {
     // Policy recall, the one that would call again: within the quiet period it must not.
-    const { runId, key } = await zombieInFlight({ policy: 'recall', quietPeriodMs: 30_000 });
-    await waitFor('two "in progress" attempts', async () => (await inProgress(runId)) >= 2);
+    const { runId, key } = await zombieInFlight({ policy: 'recall', quietPeriodMs: 4_000 });
+    const step = await snoozed(runId);
+    // Snoozed until the quiet period is over (counted from the call, by the database clock),
+    // with no error entry and no attempt used for it.
+    expect(step.state).toBe('scheduled');
+    const row = await getLedgerEntry(client, key);
+    expect(row).toMatchObject({ phase: 'started', ownerAttempt: 1 });
+    const callStarted = row?.callStartedAt?.getTime() ?? Number.NaN;
+    expect(step.scheduledAt.getTime()).toBeGreaterThanOrEqual(callStarted + 4_000);
+    expect(step.scheduledAt.getTime()).toBeLessThanOrEqual(callStarted + 4_000 + 1_000);
+    expect(step.errors.map((e) => e.kind)).not.toContain('error');
     expect(provider.received).toHaveLength(1);
-    expect(await getLedgerEntry(client, key)).toMatchObject({ phase: 'started', ownerAttempt: 1 });
 
     // The zombie's call finally returns: it still owns the row and records the success; its
-    // step completion is fenced out, and the next attempt replays the stored result.
+    // step completion is fenced out, and the attempt after the snooze replays the stored result.
     provider.release();
     const run = await client.waitForRun(runId, { timeoutMs: 20_000 });
     expect(run.state).toBe('completed');
@@ -104,7 +115,8 @@ describe('test 3: a zombie attempt still in flight', () => {
     expect(run.state).toBe('failed');
     const errors = await stepErrors(db.pool, runId, 'call');
     expect(errors.at(-1)?.message).toMatch(/unknown outcome/);
-    expect(await inProgress(runId)).toBeGreaterThanOrEqual(1);
+    expect(errors.filter((e) => /may still be in progress/.test(e.message))).toEqual([]);
+    expect(run.steps[0]?.snoozes).toBeGreaterThanOrEqual(1);
     expect(provider.received).toHaveLength(1);
     expect(await getLedgerEntry(client, key)).toMatchObject({ phase: 'unknown' });
 

@@ -18,8 +18,8 @@ export type Fault =
   | 'drop'
   /** Wait for `release()`, then perform the effect and answer: a call in flight. */
   | 'hold'
-  /** Answer this status without an effect. */
-  | { status: number; code?: string };
+  /** Answer this status without an effect, with these response headers. */
+  | { status: number; code?: string; headers?: Record<string, string> };
 
 /** One performed effect. */
 export interface Effect {
@@ -35,6 +35,8 @@ export interface Received {
   fault: string;
   /** Answered from the dedupe store, without an effect. */
   replayed: boolean;
+  /** When it arrived (this process's clock). */
+  at: Date;
 }
 
 export class FakeProvider {
@@ -111,6 +113,7 @@ export class FakeProvider {
       body,
       fault: typeof fault === 'string' ? fault : `status ${fault.status}`,
       replayed: false,
+      at: new Date(),
     };
     this.received.push(rec);
 
@@ -131,6 +134,7 @@ export class FakeProvider {
       }
     }
     if (typeof fault === 'object') {
+      for (const [name, value] of Object.entries(fault.headers ?? {})) res.setHeader(name, value);
       return json(res, fault.status, { error: { code: fault.code ?? `http_${fault.status}` } });
     }
     if (this.dedupe && key) this.store.set(key, 'in_flight');
@@ -153,11 +157,12 @@ function json(res: ServerResponse, status: number, body: unknown): void {
   res.end(JSON.stringify(body));
 }
 
-/** A non-2xx answer of the fake, with its status (so `classifyError` sees it). */
+/** A non-2xx answer of the fake, with its status and headers (so `classifyError` sees them). */
 export class HttpError extends Error {
   constructor(
     readonly status: number,
     readonly body: unknown,
+    readonly headers?: Headers,
   ) {
     super(`provider answered HTTP ${status}: ${JSON.stringify(body)}`);
     this.name = 'HttpError';
@@ -185,7 +190,7 @@ export async function postEffect(
     ...(signal ? { signal } : {}),
   });
   const data = (await res.json()) as unknown;
-  if (!res.ok) throw new HttpError(res.status, data);
+  if (!res.ok) throw new HttpError(res.status, data, res.headers);
   return data as EffectResponse;
 }
 
