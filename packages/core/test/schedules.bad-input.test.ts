@@ -17,6 +17,7 @@ import {
   ScheduleNotFoundError,
   silentLogger,
   Worker,
+  type Workflow,
 } from '../src/index.js';
 import { Scheduler } from '../src/scheduler.js';
 import { createTestDb, type TestDb } from './support/db.js';
@@ -129,7 +130,8 @@ describe('Worker({ schedules }) refuses bad schedule lists with ConfigError', ()
   it('a schedule whose workflow the worker does not carry, duplicates, things not made by newSchedule', async () => {
     const before = await fingerprint(db.pool);
     const s = newSchedule('w-report', good);
-    const make = (schedules: unknown, workflows = [Report]) =>
+    // biome-ignore lint/suspicious/noExplicitAny: bad input on purpose
+    const make = (schedules: unknown, workflows: Workflow<any>[] = [Report]) =>
       // biome-ignore lint/suspicious/noExplicitAny: bad input on purpose
       new Worker({ client, workflows, schedules: schedules as any });
     expect(() => make([s], [Other])).toThrow(ConfigError);
