@@ -6,7 +6,6 @@ import { InvalidArgumentError } from 'commander';
 import { CycloneError } from './errors.js';
 import { FINISHED_RUN_STATES, type FinishedRunState } from './retention.js';
 import type { ScheduleInfo } from './schedules.js';
-import type { ScheduleInfo } from './schedules.js';
 import type { RunInfo, RunSummary, StepInfo } from './types.js';
 
 const DURATION_UNITS: Record<string, number> = {
@@ -201,33 +200,6 @@ function fromNow(at: Date | string | null, now: Date): string {
   if (ms < 120_000) return ` (in ${Math.round(ms / 1000)}s)`;
   if (ms < 7_200_000) return ` (in ${Math.round(ms / 60_000)}m)`;
   return ` (in ${Math.round(ms / 3_600_000)}h)`;
-}
-
-/** `cyclone schedules`: one row per cron schedule, or a line saying there is none. */
-export function formatSchedules(schedules: ScheduleInfo[]): string {
-  if (schedules.length === 0) {
-    return 'no schedules (a worker registers the schedules it carries when it starts)';
-  }
-  return table(
-    ['NAME', 'CRON', 'TIMEZONE', 'WORKFLOW', 'STATE', 'LAST FIRE', 'NEXT FIRE'],
-    schedules.map((s) => [
-      s.name,
-      s.cron,
-      s.timezone,
-      s.workflow,
-      scheduleState(s),
-      iso(s.lastFireAt),
-      iso(s.nextFireAt),
-    ]),
-  );
-}
-
-/** `active`, `paused`, `not carried` (no worker has it: it does not fire), and a waiting trigger. */
-function scheduleState(s: ScheduleInfo): string {
-  const state = [s.paused ? 'paused' : s.carried ? 'active' : '', s.carried ? '' : 'not carried']
-    .filter(Boolean)
-    .join(', ');
-  return s.triggerRequestedAt ? `${state}, trigger waiting` : state;
 }
 
 /** `cyclone schedules`: one row per cron schedule, or a line saying there is none. */

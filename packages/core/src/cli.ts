@@ -15,7 +15,6 @@ import {
   formatError,
   formatRun,
   formatRuns,
-  formatSchedules,
   formatRunsFooter,
   formatSchedules,
   parseBatchSize,
@@ -334,59 +333,6 @@ export async function main(argv: readonly string[], io: Partial<CliIo> = {}): Pr
           ? `removed the embedded PostgreSQL at ${shown(r.dataDir)}${r.stopped ? ' (stopped it first)' : ''}`
           : `no embedded PostgreSQL at ${shown(r.dataDir)}; nothing to remove`,
       );
-    });
-
-  program
-    .command('schedules')
-    .description(
-      'list the cron schedules: active, paused or not carried by any worker; last and next fire time',
-    )
-    .option('--json', 'print JSON')
-    .action(async (opts: { json?: boolean }, cmd: Command) => {
-      await withClient(cmd, async (client) => {
-        const schedules = await client.listSchedules();
-        if (opts.json) print(JSON.stringify(schedules, null, 2));
-        else print(formatSchedules(schedules));
-      });
-    });
-
-  const schedule = program
-    .command('schedule')
-    .description('pause, resume or trigger a cron schedule');
-  schedule
-    .command('pause')
-    .description('stop firing the schedule until it is resumed (kept across worker restarts)')
-    .argument('<name>', 'the schedule')
-    .action(async (name: string, _opts, cmd: Command) => {
-      await withClient(cmd, async (client) => {
-        await client.pauseSchedule(name);
-        print(`paused schedule ${name}`);
-      });
-    });
-  schedule
-    .command('resume')
-    .description('fire the schedule again from its next fire time (no backfill of the pause)')
-    .argument('<name>', 'the schedule')
-    .action(async (name: string, _opts, cmd: Command) => {
-      await withClient(cmd, async (client) => {
-        await client.resumeSchedule(name);
-        print(`resumed schedule ${name}`);
-      });
-    });
-  schedule
-    .command('trigger')
-    .description('one run of the schedule now, outside its cron, made by a worker carrying it')
-    .argument('<name>', 'the schedule')
-    .action(async (name: string, _opts, cmd: Command) => {
-      await withClient(cmd, async (client) => {
-        const { requestedAt, carried } = await client.triggerSchedule(name);
-        const at = requestedAt.toISOString();
-        print(
-          carried
-            ? `triggered schedule ${name} at ${at}: a worker carrying it makes the run now`
-            : `triggered schedule ${name} at ${at}: no worker carries it now; the run is made once one does`,
-        );
-      });
     });
 
   program
