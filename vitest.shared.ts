@@ -21,8 +21,8 @@ export type ProjectTestOptions = Omit<NonNullable<UserWorkspaceConfig['test']>, 
 
 /**
  * The project `name`: test/**\/*.test.ts, test/support/global-setup.ts (the package's migrated
- * template database), a process per test file, 30 s test and hook timeouts; `test` adds to or
- * overrides these.
+ * template database), a process per test file, 30 s test and hook timeouts, `CYCLONE_LOG=silent`;
+ * `test` adds to or overrides these (its `env` is merged).
  */
 export function cycloneProject(name: string, test: ProjectTestOptions = {}): UserWorkspaceConfig {
   return defineProject({
@@ -37,6 +37,9 @@ export function cycloneProject(name: string, test: ProjectTestOptions = {}): Use
       testTimeout: 30_000,
       hookTimeout: 30_000,
       ...test,
+      // Cyclone's default logger writes failures to stderr; tests that fail steps on purpose
+      // would flood the output (their child processes inherit it too).
+      env: { CYCLONE_LOG: 'silent', ...test.env },
     },
   });
 }

@@ -11,7 +11,7 @@ import { ConfigError } from './errors.js';
 import type { ListRunsOptions } from './inspect.js';
 import * as inspect from './inspect.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES } from './json.js';
-import { type Logger, silentLogger } from './logger.js';
+import { type Logger, stderrLogger } from './logger.js';
 import { migrateCore } from './migrate.js';
 import * as operator from './operator.js';
 import type { DeleteFinishedRunsOptions, DeleteFinishedRunsResult } from './retention.js';
@@ -52,7 +52,11 @@ export interface ClientOptions {
   schema?: string;
   /** Largest stored input or output, in bytes of JSON. Default 1 MiB. */
   maxPayloadBytes?: number;
-  /** Logger (pino-compatible). Default: silent. */
+  /**
+   * Logger (pino-compatible), also the default of the client's workers. Default `stderrLogger()`:
+   * warnings and errors on stderr, one line each (`CYCLONE_LOG` sets its level); `silentLogger`
+   * for none.
+   */
   logger?: Logger;
   /**
    * Send the engine's hot statements as named prepared statements, parsed once per connection
@@ -92,7 +96,7 @@ export class Client {
   constructor(options: ClientOptions) {
     this.schema = options.schema ?? DEFAULT_SCHEMA;
     this.maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES;
-    this.logger = options.logger ?? silentLogger;
+    this.logger = options.logger ?? stderrLogger();
     this.connectionString = options.connectionString;
     if (options.pool) {
       this.pool = options.pool;

@@ -254,15 +254,19 @@ export class Completer {
         return;
       }
       counters.failed++;
-      log.warn(
-        {
-          kind: failure.errorKind,
-          err: entry.message,
-          state: rows[0]?.step_state,
-          delayMs: delay,
-        },
-        'step attempt failed',
-      );
+      const state = rows[0]?.step_state;
+      if (state === 'discarded') {
+        // An error: nothing retries it, and its run fails unless an operator steps in.
+        log.error(
+          { kind: failure.errorKind, err: entry.message, state },
+          `step discarded, no further attempt (\`cyclone retry ${row.run_id} ${row.node}\` reopens it)`,
+        );
+      } else {
+        log.warn(
+          { kind: failure.errorKind, err: entry.message, state, delayMs: delay },
+          'step attempt failed',
+        );
+      }
     } catch (err) {
       log.error(
         { err: String(err) },

@@ -55,7 +55,14 @@ export {
   WorkflowDefinitionError,
 } from './errors.js';
 export { DEFAULT_MAX_PAYLOAD_BYTES } from './json.js';
-export { consoleLogger, type Logger, silentLogger } from './logger.js';
+export {
+  consoleLogger,
+  type Logger,
+  type LogLevel,
+  type StderrLoggerOptions,
+  silentLogger,
+  stderrLogger,
+} from './logger.js';
 export {
   type CatchUp,
   MAX_CATCH_UP,
