@@ -22,6 +22,8 @@ import { channelOf, DEFAULT_SCHEMA, quoteSchema } from './schema.js';
 import type { SubmittableWorkflow } from './submit.js';
 import * as submission from './submit.js';
 import type {
+  DebouncedSubmitResult,
+  DebounceOptions,
   RunInfo,
   RunSummary,
   SubmitManyResult,
@@ -38,7 +40,14 @@ export type {
   FinishedRunState,
 } from './retention.js';
 export type { ScheduleInfo, TriggerScheduleResult } from './schedules.js';
-export type { SubmitManyResult, SubmitOnceResult, SubmitOptions, SubmitResult } from './types.js';
+export type {
+  DebouncedSubmitResult,
+  DebounceOptions,
+  SubmitManyResult,
+  SubmitOnceResult,
+  SubmitOptions,
+  SubmitResult,
+} from './types.js';
 
 /** Options of `Client`. Give `connectionString` or `pool`. */
 export interface ClientOptions {
@@ -136,16 +145,28 @@ export class Client {
 
   /**
    * Submits a new run of `workflow`: the run and all its steps in one transaction (roots
-   * `available`, the rest `pending`).
+   * `available`, the rest `pending`). With `debounce`, joins the open run of its key when there
+   * is one (`debounced: true`: its input replaced, its start pushed back) or creates it
+   * (`debounced: false`); see docs/scheduling.md.
    * @throws InputValidationError when the input fails the workflow's schema, a root node's
-   *   mapped input fails its action's schema, or the input is not storable JSON; nothing is
-   *   written.
+   *   mapped input fails its action's schema, or the input is not storable JSON, or for bad
+   *   `runAt`/`delayMs`/`debounce` options; nothing is written.
    */
+  submit<RI>(
+    workflow: SubmittableWorkflow<RI>,
+    input: NoInfer<RI>,
+    options: SubmitOptions & { debounce: DebounceOptions },
+  ): Promise<DebouncedSubmitResult>;
+  submit<RI>(
+    workflow: SubmittableWorkflow<RI>,
+    input: NoInfer<RI>,
+    options?: SubmitOptions,
+  ): Promise<SubmitResult>;
   async submit<RI>(
     workflow: SubmittableWorkflow<RI>,
     input: NoInfer<RI>,
     options: SubmitOptions = {},
-  ): Promise<SubmitResult> {
+  ): Promise<SubmitResult | DebouncedSubmitResult> {
     return submission.submit(this, workflow, input, options);
   }
 

@@ -7,7 +7,14 @@ import type { Client } from './client.js';
 import type { Context } from './context.js';
 import { MAX_TIMER_MS } from './db.js';
 import { MAX_DELAY_MS, WorkflowDefinitionError } from './errors.js';
-import type { Json, SubmitOnceResult, SubmitOptions, SubmitResult } from './types.js';
+import type {
+  DebouncedSubmitResult,
+  DebounceOptions,
+  Json,
+  SubmitOnceResult,
+  SubmitOptions,
+  SubmitResult,
+} from './types.js';
 
 /** Backoff policy: the delay in ms before attempt `attempt + 1`, given the failed `attempt`. */
 export type Backoff = (attempt: number) => number;
@@ -171,8 +178,15 @@ export interface Workflow<RI = unknown> {
   /** Nodes in a topological order. */
   readonly nodes: readonly NodeDef<RI>[];
   readonly nodeByName: ReadonlyMap<string, NodeDef<RI>>;
-  /** `client.submit(this, input, options)`. */
-  submit(client: Client, input: RI, options?: SubmitOptions): Promise<SubmitResult>;
+  /**
+   * `client.submit(this, input, options)`. Generic rather than overloaded as `Client.submit` is:
+   * overloads here would make TypeScript compare two `Workflow` types member by member.
+   */
+  submit<O extends SubmitOptions = SubmitOptions>(
+    client: Client,
+    input: RI,
+    options?: O,
+  ): Promise<O extends { debounce: DebounceOptions } ? DebouncedSubmitResult : SubmitResult>;
   /** `client.submitOnce(this, key, input, options)`. */
   submitOnce(
     client: Client,
@@ -304,7 +318,9 @@ export function newWorkflow<RI = unknown>(name: string, spec: WorkflowSpec<RI>):
     inputSchema: spec.input,
     nodes: Object.freeze(nodes),
     nodeByName: new Map(nodes.map((n) => [n.name, n])),
-    submit: (client, input, options) => client.submit(workflow, input, options),
+    // One implementation for every options type: client.submit answers `debounced` when asked to.
+    submit: ((client: Client, input: RI, options?: SubmitOptions) =>
+      client.submit(workflow, input, options)) as Workflow<RI>['submit'],
     submitOnce: (client, key, input, options) => client.submitOnce(workflow, key, input, options),
   };
   return Object.freeze(workflow);

@@ -6,6 +6,8 @@
 export {
   Client,
   type ClientOptions,
+  type DebouncedSubmitResult,
+  type DebounceOptions,
   type DeleteFinishedRunsOptions,
   type DeleteFinishedRunsResult,
   type FinishedRunState,

@@ -1,10 +1,12 @@
 /**
- * Submission (`Client.submit`, `submitOnce`, `submitMany`): validate the run input, encode it as
- * stored JSON, chunk, insert the runs with their steps; a submit key's conflict loop; run ids.
+ * Submission (`Client.submit`, `submitOnce`, `submitMany`): validate the run input and options,
+ * encode the input as stored JSON, chunk, insert the runs with their steps; a submit key's
+ * conflict loop; run ids. A debounced submit goes to `debounce.ts` once validated.
  */
 import { v7 as uuidv7 } from 'uuid';
 import type { ZodType } from 'zod';
 import { type Db, withTransaction } from './db.js';
+import { submitDebounced } from './debounce.js';
 import {
   InputValidationError,
   MAX_DELAY_MS,
@@ -13,6 +15,7 @@ import {
   zodIssues,
 } from './errors.js';
 import { encodePayload, hashJson, isStorableText } from './json.js';
+import type { DebounceWindow } from './sql/debounce.js';
 import {
   findRunByKey,
   insertRun,
@@ -21,6 +24,7 @@ import {
   type StepColumns,
 } from './sql/submit.js';
 import type {
+  DebouncedSubmitResult,
   Json,
   SubmitManyResult,
   SubmitOnceResult,
@@ -122,29 +126,118 @@ function runStart(workflow: string, options: SubmitOptions): RunStart {
     return { runAt, delayMs: 0 };
   }
   if (delayMs !== undefined) {
-    if (
-      typeof delayMs !== 'number' ||
-      !Number.isFinite(delayMs) ||
-      delayMs < 0 ||
-      delayMs > MAX_DELAY_MS
-    ) {
-      throw bad(
-        'delayMs',
-        `delayMs must be a number of ms from 0 to ${MAX_DELAY_MS} (10 years), got ${String(delayMs)}`,
-      );
-    }
+    checkDelay(workflow, ['delayMs'], delayMs);
     return { runAt: null, delayMs };
   }
   return { runAt: null, delayMs: 0 };
 }
 
-/** `Client.submit`: one run, its steps and a NOTIFY in one statement. */
+/**
+ * @throws InputValidationError at `path` unless `ms` is a number of ms from 0 to `MAX_DELAY_MS`.
+ */
+function checkDelay(workflow: string, path: string[], ms: unknown): void {
+  if (typeof ms !== 'number' || !Number.isFinite(ms) || ms < 0 || ms > MAX_DELAY_MS) {
+    throw new InputValidationError(workflow, [
+      {
+        path,
+        message: `${path.join('.')} must be a number of ms from 0 to ${MAX_DELAY_MS} (10 years), got ${String(ms)}`,
+      },
+    ]);
+  }
+}
+
+/**
+ * @throws InputValidationError at `path` unless `key` is a usable key: a non-empty string
+ *   without NUL characters or lone surrogates, at most `MAX_KEY_BYTES`.
+ */
+function checkKey(workflow: string, path: string[], key: unknown): asserts key is string {
+  if (
+    typeof key !== 'string' ||
+    key.length === 0 ||
+    // A lone surrogate would be stored as U+FFFD, so two different keys could collide.
+    !isStorableText(key) ||
+    Buffer.byteLength(key) > MAX_KEY_BYTES
+  ) {
+    const what = path[0] === 'key' ? 'submit key' : path.join('.');
+    throw new InputValidationError(workflow, [
+      {
+        path,
+        message: `${what} must be a non-empty string without NUL characters or lone surrogates, at most ${MAX_KEY_BYTES} bytes`,
+      },
+    ]);
+  }
+}
+
+/**
+ * The debounce window of `options`, or undefined without `debounce`.
+ * @throws InputValidationError for a debounce that is not an object, a bad key (as a submit
+ *   key), a delay not a number of ms from 0 to `MAX_DELAY_MS`, `maxDelayMs` below `delayMs`,
+ *   or `runAt`/`delayMs` given too (the window sets the start); nothing is written.
+ */
+function debounceWindow(
+  workflow: string,
+  options: SubmitOptions,
+): { key: string; window: DebounceWindow } | undefined {
+  const { debounce } = options;
+  if (debounce === undefined) return undefined;
+  const bad = (path: string[], message: string) =>
+    new InputValidationError(workflow, [{ path, message }]);
+  if (debounce === null || typeof debounce !== 'object' || Array.isArray(debounce)) {
+    throw bad(['debounce'], 'debounce must be an object { key, delayMs, maxDelayMs? }');
+  }
+  if (options.runAt !== undefined || options.delayMs !== undefined) {
+    throw bad(['debounce'], 'debounce sets when the run starts: not with runAt or delayMs');
+  }
+  const { key, delayMs, maxDelayMs } = debounce;
+  checkKey(workflow, ['debounce', 'key'], key);
+  checkDelay(workflow, ['debounce', 'delayMs'], delayMs);
+  if (maxDelayMs === undefined) return { key, window: { delayMs, maxDelayMs: null } };
+  checkDelay(workflow, ['debounce', 'maxDelayMs'], maxDelayMs);
+  if (maxDelayMs < delayMs) {
+    throw bad(
+      ['debounce', 'maxDelayMs'],
+      `debounce.maxDelayMs (${maxDelayMs}) must be at least debounce.delayMs (${delayMs})`,
+    );
+  }
+  return { key, window: { delayMs, maxDelayMs } };
+}
+
+/** @throws InputValidationError when `options` has a debounce, which only `submit` takes. */
+function refuseDebounce(workflow: string, form: string, options: SubmitOptions): void {
+  if (options.debounce !== undefined) {
+    throw new InputValidationError(workflow, [
+      { path: ['debounce'], message: `debounce is for submit only, not ${form}` },
+    ]);
+  }
+}
+
+/**
+ * `Client.submit`: one run, its steps and a NOTIFY in one statement; with `debounce`, the
+ * transaction of `debounce.ts`, which answers `debounced` too.
+ */
 export async function submit<RI>(
   scope: SubmitScope,
   workflow: SubmittableWorkflow<RI>,
   input: RI,
   options: SubmitOptions,
-): Promise<SubmitResult> {
+): Promise<SubmitResult | DebouncedSubmitResult> {
+  const debounce = debounceWindow(workflow.name, options);
+  if (debounce) {
+    const { text, hash } = encodeRunInput(scope, workflow, input);
+    return submitDebounced(
+      scope.db,
+      {
+        workflow: workflow.name,
+        runId: newRunId(),
+        key: debounce.key,
+        input: text,
+        inputHash: hash,
+        steps: stepColumns(workflow),
+        window: debounce.window,
+      },
+      options.tx,
+    );
+  }
   const start = runStart(workflow.name, options);
   const { runId } = await insert(scope, workflow, input, null, options.tx, start);
   return { runId };
@@ -158,20 +251,8 @@ export async function submitOnce<RI>(
   input: RI,
   options: SubmitOptions,
 ): Promise<SubmitOnceResult> {
-  if (
-    typeof key !== 'string' ||
-    key.length === 0 ||
-    // A lone surrogate would be stored as U+FFFD, so two different keys could collide.
-    !isStorableText(key) ||
-    Buffer.byteLength(key) > MAX_KEY_BYTES
-  ) {
-    throw new InputValidationError(workflow.name, [
-      {
-        path: ['key'],
-        message: `submit key must be a non-empty string without NUL characters or lone surrogates, at most ${MAX_KEY_BYTES} bytes`,
-      },
-    ]);
-  }
+  checkKey(workflow.name, ['key'], key);
+  refuseDebounce(workflow.name, 'submitOnce', options);
   const start = runStart(workflow.name, options);
   return insert(scope, workflow, input, key, options.tx, start);
 }
@@ -191,6 +272,7 @@ export async function submitMany<RI>(
       { path: [], message: 'submitMany takes an array of run inputs' },
     ]);
   }
+  refuseDebounce(workflow.name, 'submitMany', options);
   const start = runStart(workflow.name, options);
   const texts: string[] = [];
   const hashes: string[] = [];

@@ -128,11 +128,38 @@ export interface SubmitOptions {
    * 0 to `MAX_DELAY_MS`. Not with `runAt`.
    */
   delayMs?: number;
+  /**
+   * `submit` only: submits with one key inside the window make one run, started `delayMs` after
+   * the last of them (at most `maxDelayMs` after the first), with the last committed input. Not
+   * with `runAt` or `delayMs`; `submitOnce` and `submitMany` refuse it.
+   */
+  debounce?: DebounceOptions;
+}
+
+/** The window of a debounced submit; durations in ms, 0 to `MAX_DELAY_MS`. */
+export interface DebounceOptions {
+  /** The runs of one workflow debounce per key; the rules of a submit key apply. */
+  key: string;
+  /** The run starts this long after the last submit of its key (PostgreSQL's clock). */
+  delayMs: number;
+  /**
+   * However many submits come, the run starts at most this long after it was created (its
+   * `createdAt`); at least `delayMs`. Default: no cap.
+   */
+  maxDelayMs?: number;
 }
 
 /** Result of `submit`. */
 export interface SubmitResult {
   runId: string;
+}
+
+/**
+ * Result of a debounced `submit`: the run that absorbed this submit; `debounced` is true when it
+ * joined a run an earlier submit created, false when this submit created it.
+ */
+export interface DebouncedSubmitResult extends SubmitResult {
+  debounced: boolean;
 }
 
 /** Result of `submitOnce`: `created` is false when the key already had a run. */

@@ -116,7 +116,8 @@ export interface RunStart {
   delayMs: number;
 }
 
-const stepValues = (c: StepColumns) => [
+/** The step columns as statement values, in `insertRun`'s order ($6–$13 there). */
+export const stepValues = (c: StepColumns) => [
   c.stepCount,
   c.rootCount,
   c.nodes,
