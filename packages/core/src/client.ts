@@ -19,6 +19,8 @@ import * as retention from './retention.js';
 import type { ScheduleInfo, TriggerScheduleResult } from './schedules.js';
 import * as schedules from './schedules.js';
 import { channelOf, DEFAULT_SCHEMA, quoteSchema } from './schema.js';
+import type { SignalOptions, SignalResult } from './signals.js';
+import * as signals from './signals.js';
 import type { SubmittableWorkflow } from './submit.js';
 import * as submission from './submit.js';
 import type {
@@ -328,6 +330,24 @@ export class Client {
    */
   async triggerSchedule(name: string): Promise<TriggerScheduleResult> {
     return schedules.triggerSchedule(this.db, name);
+  }
+
+  /**
+   * Sends signal `name` to run `runId` with `payload` (JSON, within `maxPayloadBytes`). Stored
+   * durably whatever the run's progress: a wait node of that name completes with the payload as
+   * its output, now if it is waiting, or when it is reached. The first signal of a name per run
+   * stands; a later one is `accepted: false` and changes nothing. With `{ tx }`, inside the
+   * caller's transaction.
+   * @throws InvalidSignalError (a bad name or payload), RunNotFoundError, InvalidStateError (the
+   *   run is finished); nothing is written then.
+   */
+  signal(
+    runId: string,
+    name: string,
+    payload?: unknown,
+    options: SignalOptions = {},
+  ): Promise<SignalResult> {
+    return signals.signal(this, runId, name, payload, options);
   }
 
   /** Closes the pool if the client created it. Idempotent. */

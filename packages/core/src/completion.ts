@@ -14,7 +14,7 @@ import { LeaseLostError } from './errors.js';
 import { type Discarded, Outcome, type Retryable } from './execute-step.js';
 import type { Logger } from './logger.js';
 import type { ClaimedStep } from './sql/claim.js';
-import { completeStepOnTx, failStep, snoozeStep } from './sql/complete.js';
+import { completeStepOnTx, failStep, skipStep, snoozeStep } from './sql/complete.js';
 import { isStepCompletedBy } from './sql/fence.js';
 import type { SqlScope } from './sql/statement.js';
 
@@ -74,6 +74,9 @@ export class Completer {
       case 'snoozed':
         await attempt.tx.close();
         return this.snooze(attempt, outcome.delayMs);
+      case 'skipped':
+        await attempt.tx.close();
+        return this.skip(attempt);
       case 'lease_lost':
         await attempt.tx.close();
         this.parts.counters.leaseLost++;
@@ -184,6 +187,30 @@ export class Completer {
       );
     } catch {
       return false;
+    }
+  }
+
+  /** Ends the step `skipped` (fenced): its condition was false; downstream nodes go on. */
+  private async skip(attempt: Attempt): Promise<void> {
+    const { row, log } = attempt;
+    const { db, pool, retryDeadlineMs, counters } = this.parts;
+    try {
+      const rows = await retryTransient(
+        () => skipStep(pool, db, { runId: row.run_id, node: row.node, attempt: row.attempt }),
+        { deadlineMs: retryDeadlineMs, log },
+      );
+      if (rows.length === 0) {
+        counters.leaseLost++;
+        log.warn({}, 'skip not recorded: the lease was already lost');
+        return;
+      }
+      counters.completed++;
+      log.debug({}, 'step skipped: its condition was false');
+    } catch (err) {
+      log.error(
+        { err: String(err) },
+        'could not record the skip; the lease will expire and the step run again',
+      );
     }
   }
 

@@ -7,6 +7,8 @@ import type { Client } from './client.js';
 import type { Context } from './context.js';
 import { MAX_TIMER_MS } from './db.js';
 import { MAX_DELAY_MS, WorkflowDefinitionError } from './errors.js';
+import { isSignalName, MAX_SIGNAL_NAME_LENGTH } from './signal-name.js';
+import { selectWaitOutcome } from './sql/signals.js';
 import type {
   DebouncedSubmitResult,
   DebounceOptions,
@@ -135,10 +137,40 @@ export function newAction<I = unknown, O = unknown>(
 /** Maps the run's input and the upstream outputs (keyed by node) to an action's input. */
 export type InputMapper<RI> = (run: RI, upstream: Record<string, Json>) => unknown;
 
-/** One node of a workflow. */
-export interface NodeSpec<RI> {
+/**
+ * A node's condition: evaluated when the node is about to run, with the run's input and the
+ * outputs of its completed upstream nodes. False ends the node `skipped` (done, for its
+ * downstream nodes and for the run); a throw discards it with an error saying so.
+ */
+export type NodeCondition<RI> = (run: RI, upstream: Record<string, Json>) => boolean;
+
+/** One node of a workflow: an action node, or a wait node (`waitFor`, no action). */
+export type NodeSpec<RI> = ActionNodeSpec<RI> | WaitNodeSpec<RI>;
+
+/**
+ * A wait node: no handler and no worker slot while it waits. It completes with the payload of
+ * the run's signal `waitFor` (`client.signal`) as its output, or with `{ timedOut: true }` when
+ * `timeoutMs` passes first; a signal sent before the node was reached is delivered when it is.
+ */
+export interface WaitNodeSpec<RI> {
+  /** The signal's name: 1 to 200 characters, no NUL or lone surrogate. */
+  waitFor: string;
+  /** Upstream nodes that must complete first. */
+  after?: readonly string[];
+  /** How long to wait once the node is reached, ms (0 to `MAX_DELAY_MS`); default: no limit. */
+  timeoutMs?: number;
+  /** See `NodeCondition`. */
+  when?: NodeCondition<RI>;
+  action?: never;
+}
+
+/** A node that runs an action. */
+export interface ActionNodeSpec<RI> {
   // biome-ignore lint/suspicious/noExplicitAny: any action fits a node; its input is mapped at run time
   action: Action<any, any>;
+  /** See `NodeCondition`. */
+  when?: NodeCondition<RI>;
+  waitFor?: never;
   /** Upstream nodes that must complete first. */
   after?: readonly string[];
   /** Input mapping; default: the run's input as is. */
@@ -152,6 +184,65 @@ export interface NodeSpec<RI> {
    */
   delayMs?: number;
 }
+
+/** Every field a node spec may have, as validation reads it (a `NodeSpec` is one). */
+interface LooseNodeSpec<RI> {
+  // biome-ignore lint/suspicious/noExplicitAny: see NodeSpec
+  action?: Action<any, any>;
+  waitFor?: string;
+  after?: readonly string[];
+  input?: InputMapper<RI>;
+  maxAttempts?: number;
+  delayMs?: number;
+  timeoutMs?: number;
+  when?: NodeCondition<RI>;
+}
+
+/**
+ * Checks a wait node: a signal name, an optional timeout, and nothing of an action node's.
+ * @throws WorkflowDefinitionError naming the node and what is wrong.
+ */
+function checkWaitNode<RI>(workflow: string, n: string, s: LooseNodeSpec<RI>): void {
+  const bad = (message: string) =>
+    new WorkflowDefinitionError(workflow, `wait node '${n}': ${message}`);
+  if (!isSignalName(s.waitFor)) {
+    throw bad(
+      `waitFor must be a signal name of 1 to ${MAX_SIGNAL_NAME_LENGTH} characters without NUL or lone surrogates, got ${JSON.stringify(s.waitFor)}`,
+    );
+  }
+  for (const field of ['action', 'input', 'maxAttempts', 'delayMs'] as const) {
+    if (s[field] !== undefined) throw bad(`a wait node has no ${field} (it runs no handler)`);
+  }
+  const t = s.timeoutMs;
+  if (
+    t !== undefined &&
+    !(typeof t === 'number' && Number.isFinite(t) && t >= 0 && t <= MAX_DELAY_MS)
+  ) {
+    throw bad(`timeoutMs must be a number of ms from 0 to ${MAX_DELAY_MS}, got ${String(t)}`);
+  }
+}
+
+/**
+ * The action of every wait node: it reads what the node resolves to when a worker claims it (due
+ * at its signal or its deadline): the signal's payload when it came by the deadline, else
+ * `{ timedOut: true }`. Not a user action: its name cannot be one (`$` is not allowed).
+ */
+const WaitAction: Action<unknown, Json> = Object.freeze({
+  kind: 'action' as const,
+  name: '$wait',
+  handler: async (ctx: Context) => {
+    const r = await selectWaitOutcome(ctx.client.db.pool, ctx.client.db, {
+      runId: ctx.runId,
+      node: ctx.node,
+    });
+    return r.delivered ? r.payload : { timedOut: true };
+  },
+  inputSchema: undefined,
+  timeoutMs: undefined,
+  maxAttempts: DEFAULT_MAX_ATTEMPTS,
+  backoff: defaultBackoff,
+  maxSnoozes: DEFAULT_MAX_SNOOZES,
+});
 
 /** The compiled form of a node, with its place in the DAG. */
 export interface NodeDef<RI> {
@@ -168,6 +259,12 @@ export interface NodeDef<RI> {
   readonly maxAttempts: number;
   /** The node's timer, ms (0: none). */
   readonly delayMs: number;
+  /** See `NodeCondition`; undefined: always runs. */
+  readonly when: NodeCondition<RI> | undefined;
+  /** A wait node's signal name; undefined for an action node. */
+  readonly waitFor: string | undefined;
+  /** A wait node's timeout, ms; undefined: none. */
+  readonly waitTimeoutMs: number | undefined;
 }
 
 /** A workflow definition: a validated DAG. Made by `newWorkflow`. */
@@ -219,8 +316,10 @@ export function newWorkflow<RI = unknown>(name: string, spec: WorkflowSpec<RI>):
     throw new WorkflowDefinitionError(name, 'a workflow needs at least one node');
   for (const n of names) {
     checkName('node', name, n);
-    const s = spec.nodes[n];
-    if (
+    const s = spec.nodes[n] as LooseNodeSpec<RI> | undefined;
+    if (s && typeof s === 'object' && s.waitFor !== undefined) {
+      checkWaitNode(name, n, s);
+    } else if (
       !s ||
       typeof s !== 'object' ||
       !s.action ||
@@ -228,7 +327,16 @@ export function newWorkflow<RI = unknown>(name: string, spec: WorkflowSpec<RI>):
       typeof s.action.handler !== 'function' ||
       typeof s.action.name !== 'string'
     ) {
-      throw new WorkflowDefinitionError(name, `node '${n}' needs an action made by newAction`);
+      throw new WorkflowDefinitionError(
+        name,
+        `node '${n}' needs an action made by newAction, or waitFor (a wait node)`,
+      );
+    }
+    if (s.when !== undefined && typeof s.when !== 'function') {
+      throw new WorkflowDefinitionError(
+        name,
+        `node '${n}': when must be a function (run, upstream) => boolean`,
+      );
     }
     const after = s.after ?? [];
     if (!Array.isArray(after))
@@ -300,16 +408,20 @@ export function newWorkflow<RI = unknown>(name: string, spec: WorkflowSpec<RI>):
     ancestors.set(n, set);
   }
   const nodes: NodeDef<RI>[] = order.map((n) => {
-    const s = spec.nodes[n] as NodeSpec<RI>;
+    const s = spec.nodes[n] as LooseNodeSpec<RI>;
     return Object.freeze({
       name: n,
-      action: s.action,
+      action: s.waitFor !== undefined ? WaitAction : (s.action as Action),
       after: Object.freeze([...(s.after ?? [])]),
       ancestors: Object.freeze([...(ancestors.get(n) ?? [])].sort()),
       downstream: Object.freeze([...(children.get(n) ?? [])]),
       input: s.input,
-      maxAttempts: s.maxAttempts ?? s.action.maxAttempts,
+      maxAttempts: s.maxAttempts ?? s.action?.maxAttempts ?? DEFAULT_MAX_ATTEMPTS,
       delayMs: Math.ceil(s.delayMs ?? 0),
+      when: s.when,
+      waitFor: s.waitFor,
+      waitTimeoutMs:
+        s.waitFor !== undefined && s.timeoutMs !== undefined ? Math.ceil(s.timeoutMs) : undefined,
     });
   });
   const workflow: Workflow<RI> = {

@@ -24,6 +24,7 @@ export type CycloneErrorCode =
   | 'CONFIG'
   | 'NON_RETRYABLE'
   | 'SNOOZE'
+  | 'INVALID_SIGNAL'
   | 'SCHEDULE_NOT_FOUND';
 
 /** The marker of class `name`, shared by every copy of the package. */
@@ -194,6 +195,21 @@ export class ScheduleNotFoundError extends CycloneError {
   constructor(schedule: string) {
     super('SCHEDULE_NOT_FOUND', `schedule '${schedule}' not found`);
     this.schedule = schedule;
+  }
+}
+
+/** A signal that cannot be sent: a bad name, or a payload that is not storable JSON. */
+export class InvalidSignalError extends CycloneError {
+  readonly runId: string;
+  readonly signal: string;
+
+  constructor(runId: string, signal: string, reason: string) {
+    super(
+      'INVALID_SIGNAL',
+      `signal ${JSON.stringify(signal.slice(0, 80))} for run ${runId}: ${reason}`,
+    );
+    this.runId = runId;
+    this.signal = signal;
   }
 }
 

@@ -24,7 +24,7 @@ import type { StepErrorKind } from './types.js';
  * How an attempt ended, as the completion records it: one variant per transition. A new
  * transition is a new variant here and a new case in `completion.ts` (its switch is exhaustive).
  */
-export type Outcome = Completed | Retryable | Discarded | LeaseLost | Snoozed;
+export type Outcome = Completed | Retryable | Discarded | LeaseLost | Snoozed | Skipped;
 
 /** The handler returned: complete the step with `output`. */
 export interface Completed {
@@ -49,6 +49,11 @@ export interface Discarded {
   readonly kind: 'discarded';
   readonly errorKind: StepErrorKind;
   readonly error: unknown;
+}
+
+/** The node's condition (`when`) was false: end it `skipped`, its handler not run. */
+export interface Skipped {
+  readonly kind: 'skipped';
 }
 
 /** The handler asked to run again later (`SnoozeError`): no attempt used, no error entry. */
@@ -84,6 +89,7 @@ export const Outcome = {
   }),
   leaseLost: (): LeaseLost => ({ kind: 'lease_lost' }),
   snoozed: (delayMs: number): Snoozed => ({ kind: 'snoozed', delayMs }),
+  skipped: (): Skipped => ({ kind: 'skipped' }),
   /** A failure that is retryable unless `nonRetryable`. */
   failed: (
     errorKind: StepErrorKind,
@@ -116,6 +122,22 @@ export async function executeStep(row: ClaimedStep, p: ExecuteParts): Promise<Ou
       'input_invalid',
       new Error(`this worker's definition of workflow '${row.workflow}' has no node '${row.node}'`),
     );
+  }
+  if (node.when) {
+    let run: boolean;
+    try {
+      run = node.when(row.run_input, row.upstream ?? {}) === true;
+    } catch (err) {
+      p.markFinishing();
+      return Outcome.discarded(
+        'condition_error',
+        new Error(`the condition (when) of node '${row.node}' threw: ${describeError(err)}`),
+      );
+    }
+    if (!run) {
+      p.markFinishing();
+      return Outcome.skipped();
+    }
   }
   const ctx = p.context(node);
 

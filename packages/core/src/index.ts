@@ -22,6 +22,7 @@ export {
 export type { Context } from './context.js';
 export {
   type Action,
+  type ActionNodeSpec,
   type ActionOptions,
   type Backoff,
   DEFAULT_BACKOFF_CAP_MS,
@@ -29,10 +30,12 @@ export {
   DEFAULT_MAX_SNOOZES,
   defaultBackoff,
   type InputMapper,
+  type NodeCondition,
   type NodeDef,
   type NodeSpec,
   newAction,
   newWorkflow,
+  type WaitNodeSpec,
   type Workflow,
   type WorkflowSpec,
 } from './definitions.js';
@@ -41,6 +44,7 @@ export {
   CycloneError,
   type CycloneErrorCode,
   InputValidationError,
+  InvalidSignalError,
   InvalidStateError,
   LeaseLostError,
   MAX_DELAY_MS,
@@ -73,6 +77,8 @@ export {
   type Schedule,
   type ScheduleOptions,
 } from './schedule.js';
+export { MAX_SIGNAL_NAME_LENGTH } from './signal-name.js';
+export type { SignalOptions, SignalResult } from './signals.js';
 export type {
   Json,
   RunInfo,

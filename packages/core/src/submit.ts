@@ -57,6 +57,10 @@ export interface SubmittableNode<RI> {
   readonly maxAttempts: number;
   /** The node's timer, ms; absent or 0: none. */
   readonly delayMs?: number;
+  /** A wait node's signal name. */
+  readonly waitFor?: string | undefined;
+  /** A wait node's timeout, ms. */
+  readonly waitTimeoutMs?: number | undefined;
 }
 
 /** What the submit path needs of the client: its database handle and payload limit. */
@@ -100,6 +104,8 @@ function stepColumns<RI>(workflow: SubmittableWorkflow<RI>): StepColumns {
     downstream: nodes.map((n) => JSON.stringify(n.downstream)),
     ancestors: nodes.map((n) => JSON.stringify(n.ancestors)),
     delays: nodes.map((n) => n.delayMs ?? 0),
+    waitFor: nodes.map((n) => n.waitFor ?? null),
+    waitTimeouts: nodes.map((n) => n.waitTimeoutMs ?? null),
   };
 }
 

@@ -24,14 +24,16 @@ export type StepErrorKind =
   | 'output_invalid'
   | 'worker_stopped'
   | 'conflict'
-  | 'snooze_limit';
+  | 'snooze_limit'
+  | 'condition_error';
 
 /** The states of a run; `running` until it completes, fails or is cancelled. */
 export type RunState = 'running' | 'completed' | 'failed' | 'cancelled';
 /**
  * The states of a step (a node of a run); see docs/concepts.md for the transitions. `scheduled`:
  * waiting for its time (a delayed run, a node timer, a snooze); claimable once `scheduledAt` has
- * come by PostgreSQL's clock.
+ * come by PostgreSQL's clock. A wait node waits `scheduled` for its signal or its deadline.
+ * `skipped`: its condition was false (terminal; done, for its downstream nodes and the run).
  */
 export type StepState =
   | 'pending'
@@ -40,6 +42,7 @@ export type StepState =
   | 'running'
   | 'retryable'
   | 'completed'
+  | 'skipped'
   | 'discarded'
   | 'cancelled';
 
@@ -56,7 +59,7 @@ export interface StepError {
    * worker's stop grace period ran out; retried at once, and it counts as an attempt), `conflict`
    * (its `completionTx` lost a deadlock or serialization failure; retried at once, the attempt
    * given back), `snooze_limit` (the step snoozed its action's `maxSnoozes` times and asked
-   * for one more).
+   * for one more), `condition_error` (the node's condition, `when`, threw).
    */
   kind: StepErrorKind;
   stack?: string;

@@ -47,6 +47,12 @@ const REVIEWED: Reviewed[] = [
   },
   {
     file: 'core/src/sql/complete.ts',
+    expression: 'to',
+    reason:
+      "completeFrom's target state: one of the two module constants COMPLETED and SKIPPED (the parameter's type allows only those), fixed SQL literals",
+  },
+  {
+    file: 'core/src/sql/complete.ts',
     expression: 'extra',
     reason:
       "completeFrom's extra select item: one of the two module constants NO_EXTRA and IDLE_LIMIT (the parameter's type allows only those), fixed SQL with a placeholder",

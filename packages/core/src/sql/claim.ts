@@ -148,7 +148,8 @@ export const nextDueSql = (s: string) => `
 SELECT (extract(epoch FROM (scheduled_at - now())) * 1000)::float8 AS due_in_ms
 FROM ${s}.cyclone_steps
 WHERE state IN ('available', 'retryable', 'scheduled') AND workflow = ANY($1::text[])
-  AND scheduled_at > now() AND workflow || '/' || node = ANY($2::text[])
+  AND scheduled_at > now() AND scheduled_at < 'infinity'
+  AND workflow || '/' || node = ANY($2::text[])
 ORDER BY scheduled_at
 LIMIT 1`;
 

@@ -42,12 +42,13 @@ const completeFrom = (
   s: string,
   input: typeof BATCH_INPUT | typeof ONE_INPUT,
   extra: typeof NO_EXTRA | typeof IDLE_LIMIT = NO_EXTRA,
+  to: typeof COMPLETED | typeof SKIPPED = COMPLETED,
 ) => `
 WITH input AS (
   ${input}
 ), done AS (
   UPDATE ${s}.cyclone_steps t
-  SET state = 'completed', output = i.output, completed_at = now(), updated_at = now(),
+  SET state = ${to}, output = i.output, completed_at = now(), updated_at = now(),
       lease_owner = NULL, lease_expires_at = NULL
   FROM input i
   WHERE t.run_id = i.run_id AND t.node = i.node AND t.attempt = i.attempt AND t.state = 'running'
@@ -65,13 +66,21 @@ WITH input AS (
 ), released AS (
   UPDATE ${s}.cyclone_steps t
   SET deps_remaining = t.deps_remaining - e.n,
-      -- A node with a timer waits 'scheduled' for delay_ms after its last upstream completed.
+      -- A node with a timer waits 'scheduled' for delay_ms after its last upstream completed; a
+      -- wait node until its signal (due now if it came already) or its deadline (none: never).
       state = CASE WHEN t.deps_remaining = e.n AND t.state = 'pending'
-                   THEN CASE WHEN t.delay_ms > 0 THEN 'scheduled' ELSE 'available' END
+                   THEN CASE WHEN t.delay_ms > 0 OR t.wait_for IS NOT NULL THEN 'scheduled'
+                             ELSE 'available' END
                    ELSE t.state END,
-      scheduled_at = CASE WHEN t.deps_remaining = e.n
-                          THEN now() + make_interval(secs => t.delay_ms::double precision / 1000)
-                          ELSE t.scheduled_at END,
+      scheduled_at = CASE
+        WHEN t.deps_remaining <> e.n THEN t.scheduled_at
+        WHEN t.wait_for IS NULL THEN now() + make_interval(secs => t.delay_ms::double precision / 1000)
+        WHEN t.signalled THEN now()
+        ELSE coalesce(now() + make_interval(secs => t.wait_timeout_ms::double precision / 1000),
+                      'infinity') END,
+      wait_deadline = CASE WHEN t.deps_remaining = e.n AND t.wait_for IS NOT NULL
+        THEN now() + make_interval(secs => t.wait_timeout_ms::double precision / 1000)
+        ELSE t.wait_deadline END,
       updated_at = now()
   FROM edges e WHERE t.run_id = e.run_id AND t.node = e.node
   RETURNING t.run_id, t.state, t.workflow
@@ -148,6 +157,35 @@ FROM f`;
 export const completeStepOnTxSql = (s: string) => completeFrom(s, ONE_INPUT, IDLE_LIMIT);
 
 const NO_EXTRA = '';
+const COMPLETED = `'completed'`;
+const SKIPPED = `'skipped'`;
+
+/**
+ * A conditional node whose condition is false: the same transition as `completeStepSql` to
+ * `skipped` (output null), which counts as done for its downstream nodes and for the run.
+ * $1 run_id, $2 node, $3 attempt, $4 output (null), $5 channel.
+ */
+export const skipStepSql = (s: string) => completeFrom(s, ONE_INPUT, NO_EXTRA, SKIPPED);
+const skipStepStatement = defineStatement('skip_step', skipStepSql);
+
+/**
+ * Ends a step `skipped`, fenced on its attempt (its condition was false).
+ * @returns `[step]` when recorded, `[]` when fenced out.
+ */
+export async function skipStep(
+  on: Queryable,
+  db: SqlScope,
+  p: { runId: string; node: string; attempt: number },
+): Promise<StepAttempt[]> {
+  const { rows } = await send<StepAttempt>(on, skipStepStatement(db), [
+    p.runId,
+    p.node,
+    p.attempt,
+    'null',
+    db.channel,
+  ]);
+  return rows;
+}
 const IDLE_LIMIT = `,
   set_config('idle_in_transaction_session_timeout', $6::text, true) AS idle_limit`;
 

@@ -11,7 +11,9 @@ import { defineStatement, type Queryable, type SqlScope, send } from './statemen
  * count, $8 nodes[], $9 actions[], $10 max_attempts[], $11 deps[], $12 downstream jsonb[],
  * $13 ancestors jsonb[], $14 channel, $15 run_at timestamptz or NULL, $16 delay ms (from now()
  * when $15 is NULL), $17 node delays ms bigint[]. A root node waits `scheduled` until the run's
- * start plus its own delay when that is in the future, by the database's clock; the other nodes
+ * start plus its own delay when that is in the future, by the database's clock, and a root wait
+ * node until its signal or its deadline ($18 signal names text[], $19 timeouts ms bigint[], NULL
+ * for action nodes and no timeout); the other nodes
  * keep their delay for the moment they are released.
  */
 export const insertRunSql = (s: string) => `
@@ -24,18 +26,28 @@ WITH run AS (
 ), steps AS (
   INSERT INTO ${s}.cyclone_steps
     (run_id, node, workflow, action, state, max_attempts, deps_remaining, downstream, ancestors,
-     delay_ms, scheduled_at)
+     delay_ms, scheduled_at, wait_for, wait_timeout_ms, wait_deadline)
   SELECT run.id, n.node, $2, n.action,
-         CASE WHEN n.deps > 0 THEN 'pending' WHEN t.at > now() THEN 'scheduled'
+         CASE WHEN n.deps > 0 THEN 'pending'
+              WHEN t.at > now() OR n.wait_for IS NOT NULL THEN 'scheduled'
               ELSE 'available' END,
          n.max_attempts, n.deps,
          ARRAY(SELECT jsonb_array_elements_text(n.downstream)),
          ARRAY(SELECT jsonb_array_elements_text(n.ancestors)),
-         n.delay_ms, CASE WHEN n.deps = 0 THEN greatest(t.at, now()) ELSE now() END
+         n.delay_ms,
+         CASE WHEN n.deps > 0 THEN now()
+              WHEN n.wait_for IS NULL THEN greatest(t.at, now())
+              ELSE coalesce(greatest(t.at, now())
+                     + make_interval(secs => n.wait_timeout_ms::double precision / 1000),
+                   'infinity') END,
+         n.wait_for, n.wait_timeout_ms,
+         CASE WHEN n.deps = 0 AND n.wait_for IS NOT NULL THEN greatest(t.at, now())
+                + make_interval(secs => n.wait_timeout_ms::double precision / 1000) END
   FROM run,
        unnest($8::text[], $9::text[], $10::int[], $11::int[], $12::jsonb[], $13::jsonb[],
-              $17::bigint[])
-         AS n(node, action, max_attempts, deps, downstream, ancestors, delay_ms),
+              $17::bigint[], $18::text[], $19::bigint[])
+         AS n(node, action, max_attempts, deps, downstream, ancestors, delay_ms, wait_for,
+              wait_timeout_ms),
        LATERAL (SELECT coalesce($15::timestamptz,
                                 now() + make_interval(secs => $16::double precision / 1000))
                        + make_interval(secs => n.delay_ms::double precision / 1000) AS at) t
@@ -53,7 +65,8 @@ WHERE EXISTS (SELECT 1 FROM run)`;
  * inserts every row or fails whole. One NOTIFY per statement.
  * $1 ids uuid[], $2 inputs jsonb[], $3 input_hashes text[], $4 workflow, $5 step count per run,
  * $6 root count, $7 nodes[], $8 actions[], $9 max_attempts[], $10 deps[], $11 downstream
- * jsonb[], $12 ancestors jsonb[], $13 channel, $14 run_at or NULL, $15 delay ms, $16 node delays
+ * jsonb[], $12 ancestors jsonb[], $13 channel, $14 run_at or NULL, $15 delay ms, $17 signal
+ * names text[], $18 wait timeouts bigint[], $16 node delays
  * ms bigint[] (as in `insertRun`). Returns one row: `runs`, `steps` inserted.
  */
 export const insertRunsSql = (s: string) => `
@@ -61,12 +74,13 @@ WITH n AS MATERIALIZED (
   SELECT n.node, n.action, n.max_attempts, n.deps,
          ARRAY(SELECT jsonb_array_elements_text(n.downstream)) AS downstream,
          ARRAY(SELECT jsonb_array_elements_text(n.ancestors)) AS ancestors,
-         n.delay_ms,
+         n.delay_ms, n.wait_for, n.wait_timeout_ms,
          coalesce($14::timestamptz, now() + make_interval(secs => $15::double precision / 1000))
            + make_interval(secs => n.delay_ms::double precision / 1000) AS at
   FROM unnest($7::text[], $8::text[], $9::int[], $10::int[], $11::jsonb[], $12::jsonb[],
-              $16::bigint[])
-       AS n(node, action, max_attempts, deps, downstream, ancestors, delay_ms)
+              $16::bigint[], $17::text[], $18::bigint[])
+       AS n(node, action, max_attempts, deps, downstream, ancestors, delay_ms, wait_for,
+            wait_timeout_ms)
 ), run AS (
   INSERT INTO ${s}.cyclone_runs
     (id, workflow, state, input, input_hash, steps_remaining, steps_active)
@@ -76,12 +90,21 @@ WITH n AS MATERIALIZED (
 ), steps AS (
   INSERT INTO ${s}.cyclone_steps
     (run_id, node, workflow, action, state, max_attempts, deps_remaining, downstream, ancestors,
-     delay_ms, scheduled_at)
+     delay_ms, scheduled_at, wait_for, wait_timeout_ms, wait_deadline)
   SELECT run.id, n.node, $4::text, n.action,
-         CASE WHEN n.deps > 0 THEN 'pending' WHEN n.at > now() THEN 'scheduled'
+         CASE WHEN n.deps > 0 THEN 'pending'
+              WHEN n.at > now() OR n.wait_for IS NOT NULL THEN 'scheduled'
               ELSE 'available' END,
          n.max_attempts, n.deps, n.downstream, n.ancestors,
-         n.delay_ms, CASE WHEN n.deps = 0 THEN greatest(n.at, now()) ELSE now() END
+         n.delay_ms,
+         CASE WHEN n.deps > 0 THEN now()
+              WHEN n.wait_for IS NULL THEN greatest(n.at, now())
+              ELSE coalesce(greatest(n.at, now())
+                     + make_interval(secs => n.wait_timeout_ms::double precision / 1000),
+                   'infinity') END,
+         n.wait_for, n.wait_timeout_ms,
+         CASE WHEN n.deps = 0 AND n.wait_for IS NOT NULL THEN greatest(n.at, now())
+                + make_interval(secs => n.wait_timeout_ms::double precision / 1000) END
   FROM run CROSS JOIN n
   RETURNING 1
 )
@@ -108,6 +131,10 @@ export interface StepColumns {
   ancestors: string[];
   /** Each node's timer, ms (0: none). */
   delays: number[];
+  /** Each node's signal name (a wait node), or null. */
+  waitFor: (string | null)[];
+  /** Each wait node's timeout, ms, or null (none, or not a wait node). */
+  waitTimeouts: (number | null)[];
 }
 
 /** When a run starts: at `runAt`, or `delayMs` after the insert (database clock); default now. */
@@ -163,6 +190,8 @@ export async function insertRun(
     p.start.runAt,
     p.start.delayMs,
     p.steps.delays,
+    p.steps.waitFor,
+    p.steps.waitTimeouts,
   ];
   return (await send<{ id: string }>(on, insertRunStatement(db), values, plainText)).rows;
 }
@@ -198,6 +227,8 @@ export async function insertRuns(
       p.start.runAt,
       p.start.delayMs,
       p.steps.delays,
+      p.steps.waitFor,
+      p.steps.waitTimeouts,
     ],
     plainText,
   );

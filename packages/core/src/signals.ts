@@ -1,0 +1,82 @@
+/**
+ * `Client.signal`: a durable signal for a run, stored whatever the run's progress (the first one
+ * of a name per run stands), which a wait node of that name completes with.
+ */
+import type { Db } from './db.js';
+import { InvalidSignalError, InvalidStateError, PayloadError, RunNotFoundError } from './errors.js';
+import { isUuid } from './inspect.js';
+import { encodePayload } from './json.js';
+import { isSignalName, MAX_SIGNAL_NAME_LENGTH } from './signal-name.js';
+import { insertSignal } from './sql/signals.js';
+import type { Tx } from './types.js';
+
+/** Options of `Client.signal`. */
+export interface SignalOptions {
+  /**
+   * Send inside the caller's transaction: the signal exists only if that transaction commits.
+   * Anything with pg's `query` (a `PoolClient` after BEGIN, a `Tx`).
+   */
+  tx?: Tx;
+}
+
+/** Result of `Client.signal`: false when the run had a signal of that name already. */
+export interface SignalResult {
+  accepted: boolean;
+}
+
+/** What sending a signal needs of the client: its database handle and payload limit. */
+export interface SignalScope {
+  readonly db: Db;
+  readonly maxPayloadBytes: number;
+}
+
+/**
+ * Stores signal `name` with `payload` for run `runId`; see `Client.signal`.
+ * @throws InvalidSignalError for a bad name or a payload that is not storable JSON or over the
+ *   payload limit; RunNotFoundError; InvalidStateError when the run is finished. Nothing is
+ *   written then.
+ */
+export async function signal(
+  scope: SignalScope,
+  runId: string,
+  name: string,
+  payload: unknown,
+  options: SignalOptions = {},
+): Promise<SignalResult> {
+  if (!isSignalName(name)) {
+    throw new InvalidSignalError(
+      String(runId),
+      String(name),
+      `a signal name is 1 to ${MAX_SIGNAL_NAME_LENGTH} characters without NUL or lone surrogates`,
+    );
+  }
+  if (!isUuid(runId)) throw new RunNotFoundError(String(runId));
+  let text: string;
+  try {
+    text = encodePayload(
+      payload === undefined ? null : payload,
+      scope.maxPayloadBytes,
+      'the signal payload',
+    ).text;
+  } catch (err) {
+    if (err instanceof PayloadError) throw new InvalidSignalError(runId, name, err.message);
+    throw err;
+  }
+  const { tx } = options;
+  const r = await insertSignal(
+    tx ?? scope.db.pool,
+    scope.db,
+    { runId, name, payload: text },
+    tx !== undefined,
+  );
+  if (r.run_state === null) throw new RunNotFoundError(runId);
+  if (r.run_state !== 'running') {
+    throw new InvalidStateError(
+      runId,
+      undefined,
+      r.run_state,
+      `run ${runId} is ${r.run_state}; a signal is only taken by a running run`,
+    );
+  }
+  return { accepted: r.accepted };
+}
