@@ -6,11 +6,6 @@ export {
   stepOf,
   type TestWorkerOptions,
 } from './harness.js';
-export {
-  expectKeptLooking,
-  type InProgressLook,
-  inProgressLooks,
-  waitForLooks,
-} from './in-progress.js';
 export { type ComponentMigrationTests, componentMigrationTests } from './migrations.js';
+export { expectNoAttemptUsed, waitForSnoozes } from './snooze.js';
 export { type ChildWorkerOptions, startChildWorker } from './worker-main.js';
