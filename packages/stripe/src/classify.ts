@@ -2,7 +2,13 @@
  * Outcome classification of a failed Stripe call, from the error classes and fields the `stripe`
  * SDK gives it.
  */
-import { classifyError, type Outcome, type OutcomeKind } from '@cyclone/idempotency';
+import {
+  classifyError,
+  type Outcome,
+  type OutcomeKind,
+  type ResponseHeaders,
+  retryAfterMs,
+} from '@cyclone/idempotency';
 
 /** Fields of a `Stripe.errors.StripeError` the classification reads. */
 interface StripeErrorLike {
@@ -11,6 +17,8 @@ interface StripeErrorLike {
   statusCode?: unknown;
   code?: unknown;
   detail?: unknown;
+  /** The response's headers (lower-case names), on errors Stripe answered. */
+  headers?: unknown;
 }
 
 /** Transport codes of a request that never reached Stripe. */
@@ -22,12 +30,17 @@ function isStripeError(err: unknown): err is StripeErrorLike & { type: string } 
   return typeof type === 'string' && type.startsWith('Stripe') && err instanceof Error;
 }
 
+/** A throttled request (429, or the SDK's `StripeRateLimitError`): Stripe did not process it. */
+function isRateLimit(e: StripeErrorLike): boolean {
+  return e.type === 'StripeRateLimitError' || e.statusCode === 429;
+}
+
 function kindOf(e: StripeErrorLike & { type: string }): OutcomeKind {
   const status = typeof e.statusCode === 'number' ? e.statusCode : undefined;
   if (e.type === 'StripeIdempotencyError' || e.rawType === 'idempotency_error')
     return 'determinism';
   if (status === 409 || e.code === 'idempotency_key_in_use') return 'conflict';
-  if (e.type === 'StripeRateLimitError' || status === 429) return 'not_sent';
+  if (isRateLimit(e)) return 'not_sent';
   if (e.type === 'StripeConnectionError') {
     const detailCode = (e.detail as { code?: unknown } | undefined)?.code;
     return typeof detailCode === 'string' && TRANSPORT_NOT_SENT.has(detailCode)
@@ -51,7 +64,9 @@ function kindOf(e: StripeErrorLike & { type: string }): OutcomeKind {
  *   flight at Stripe; retry later with the same key (the SDK maps any v1 409 to
  *   `StripeAPIError`).
  * - `not_sent`: 429 `StripeRateLimitError` (the rate limiter sits in front of the idempotency
- *   layer) and a `StripeConnectionError` for a refused connection or a DNS failure.
+ *   layer, so a retry with the same key runs again), also `rateLimited`, with the wait its
+ *   `Retry-After` names if it has one (`retryAfterMs`): `once` snoozes the step for it; and a
+ *   `StripeConnectionError` for a refused connection or a DNS failure.
  * - `definitive`: any other 4xx: 400/404 `StripeInvalidRequestError`, 401, 402 `StripeCardError`,
  *   403: nothing was done, and the same request would fail again.
  * - `ambiguous`: other `StripeConnectionError`s (reset, timeout, cut-off body; the SDK already
@@ -72,10 +87,14 @@ export function classifyStripeError(err: unknown): Outcome {
       : typeof detailCode === 'string'
         ? detailCode
         : undefined;
+  const limited = kind === 'not_sent' && isRateLimit(err);
+  const wait = limited ? retryAfterMs(err.headers as ResponseHeaders) : undefined;
   return {
     kind,
     reason: `${err.type}${status !== undefined ? ` ${status}` : ''}${code ? ` (${code})` : ''}`,
     ...(status !== undefined ? { status } : {}),
     ...(code !== undefined ? { code } : {}),
+    ...(limited ? { rateLimited: true } : {}),
+    ...(wait !== undefined ? { retryAfterMs: wait } : {}),
   };
 }

@@ -65,7 +65,7 @@ export interface IdempotentStripeOptions {
   replayWindowMs?: number;
   /**
    * How long an unknown outcome left by an earlier attempt is treated as "maybe still in flight"
-   * (retryable `InProgressError`) before the policy applies. Default 0: a re-send under the same
+   * before the policy applies (the step snoozes until then: `InProgressError`). Default 0: a re-send under the same
    * key is safe at Stripe even while the first request is in flight (it gets 409 and the step
    * retries later), so there is nothing to wait for within the replay window.
    */
@@ -190,8 +190,11 @@ function ledgerResponse(key: string) {
  *   `IdempotencyMismatchError` (non-retryable); 409 / `idempotency_key_in_use` →
  *   `IdempotencyConflictError` (retryable, same key); 402 / 400 / 401 / 403 / 404 →
  *   `DefinitiveFailureError` (non-retryable, recorded; `client.retry` then sends generation
- *   `#g1`); connection errors and 5xx → `AmbiguousOutcomeError` (retryable); 429 and refused
- *   connections → `NotSentError` (retryable). Each has the Stripe error as `cause`.
+ *   `#g1`); connection errors and 5xx → `AmbiguousOutcomeError` (retryable); refused
+ *   connections → `NotSentError` (retryable); 429 → `RateLimitedError`: recorded as not sent
+ *   and the step snoozes until the time its `Retry-After` names (else `rateLimitBackoffMs`),
+ *   without using an attempt, then sends again with the same key. Each has the Stripe error as
+ *   `cause`.
  * - gets `metadata.cyclone_key` (the key sent), `cyclone_run_id` and `cyclone_node` when it
  *   creates an object of a collection that takes metadata (`METADATA_COLLECTIONS`).
  *
