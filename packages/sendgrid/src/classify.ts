@@ -7,13 +7,22 @@
  *   `ECONNREFUSED`, `ECONNRESET`, `ECONNABORTED` (timeout), …;
  * - any other error: thrown by the SDK's mail builder or secret filter before any request.
  */
-import { classifyError, classifyHttpStatus, type Outcome } from '@cyclone/idempotency';
+import {
+  classifyError,
+  classifyHttpStatus,
+  type Outcome,
+  type ResponseHeaders,
+} from '@cyclone/idempotency';
 
 /** The `ResponseError` shape of `@sendgrid/helpers` (not a dependency of ours: duck-typed). */
 interface ResponseErrorLike {
   code: number;
   message: string;
-  response: { body?: { errors?: { message?: string; field?: string | null }[] } };
+  response: {
+    /** The answer's headers (axios'), e.g. a 429's `X-RateLimit-Reset`. */
+    headers?: unknown;
+    body?: { errors?: { message?: string; field?: string | null }[] };
+  };
 }
 
 /** True for the SDK's `ResponseError` (an HTTP status ≥ 400 was answered). */
@@ -31,8 +40,10 @@ export function isSendGridResponseError(err: unknown): err is ResponseErrorLike 
 /**
  * Classifies a failed send:
  * - HTTP 400, 401, 403, 404, 405, 413 → `definitive` (SendGrid refused it: nothing was sent);
- * - 429 → `not_sent` (throttled before acceptance; retried with the same key);
- * - 5xx → `ambiguous` (undocumented whether it was accepted);
+ * - 429 → `not_sent` (throttled before acceptance), `rateLimited` with the wait its
+ *   `X-RateLimit-Reset` (a Unix time, SendGrid's rate-limit header) or a `Retry-After` names:
+ *   `once` snoozes the step until then and sends again with the same key;
+ * - 5xx, 503 included → `ambiguous` (undocumented whether it was accepted);
  * - `ECONNREFUSED` and DNS errors → `not_sent`; resets and timeouts → `ambiguous` (via
  *   `@cyclone/idempotency`'s `classifyError`);
  * - an error that is neither a `ResponseError` nor an `AxiosError` was thrown before any
@@ -41,7 +52,7 @@ export function isSendGridResponseError(err: unknown): err is ResponseErrorLike 
  */
 export function classifySendGridError(err: unknown): Outcome {
   if (isSendGridResponseError(err)) {
-    const outcome = classifyHttpStatus(err.code);
+    const outcome = classifyHttpStatus(err.code, err.response.headers as ResponseHeaders);
     const first = err.response.body?.errors?.[0];
     const detail = first?.message
       ? `: ${first.message}${first.field ? ` (${first.field})` : ''}`

@@ -39,8 +39,9 @@ export interface SentMail {
  *   duplicate; a human checks SendGrid (Activity, or the events table) and resolves the key.
  * - `'reconcile'`: look the key up in the Event Webhook table (see `eventWebhookListener`): an
  *   event found → `succeeded` with its X-Message-Id, no send; none → `UnknownOutcomeError`, or,
- *   with `assumeNotSentAfterMs` set, a retryable `InProgressError` (the step looks again after its
- *   backoff) until that time has passed, then a re-send.
+ *   with `assumeNotSentAfterMs` set, an `InProgressError` until that time has passed (the step
+ *   snoozes and looks again, at half the time waited so far, without using attempts), then a
+ *   re-send.
  * - `'recall'`: send again — **at least once**: the recipient may get the e-mail twice. Opt in
  *   only where a duplicate is acceptable.
  * - a reconcile function of your own (`@cyclone/idempotency`'s `Reconcile`): resolve the
@@ -65,15 +66,16 @@ export interface IdempotentMailOptions {
   events?: SendgridDb;
   /**
    * With `'reconcile'`: when no event of the key has arrived this long (ms) after the send started,
-   * treat the e-mail as not sent and send it again; before that, no event is a retryable
-   * `InProgressError`, so the step keeps looking. Default: never (an operator decides). Set it
+   * treat the e-mail as not sent and send it again; before that, no event is an
+   * `InProgressError`: the step snoozes and keeps looking. Default: never (an operator decides). Set it
    * only when the Event Webhook is known to work: SendGrid usually posts `processed` within
    * seconds, but a broken webhook would then turn every unknown outcome into a duplicate.
    */
   assumeNotSentAfterMs?: number;
   /**
    * How long after a send started its outcome may still arrive (the mail service's timeout plus a
-   * margin); within it an unknown outcome is "in progress" and retried later, never re-sent.
+   * margin); within it an unknown outcome is "in progress": the step snoozes until it ends
+   * (no attempt used), never re-sent, then the policy runs.
    * Default: the mail service's timeout + 5,000 ms when it has one (see `createMailService`),
    * else `@cyclone/idempotency`'s default (60,000 ms).
    */
@@ -87,9 +89,10 @@ export interface IdempotentMail {
    * its stored result without sending, a `failed` one replays its error.
    * @param isMultiple the SDK's flag: every `to` gets its own personalization (one request).
    * @throws `DefinitiveFailureError` (400/401/403/404/405/413, or a mail the SDK rejected; not
-   *   retried), `NotSentError` (429, connection refused; retried), `AmbiguousOutcomeError`
-   *   (timeout, reset, 5xx; retried, then the policy), `UnknownOutcomeError` (policy `fail`, or
-   *   `reconcile` without an event), `InProgressError`, `IdempotencyMismatchError`: see `once`.
+   *   retried), `NotSentError` (connection refused; retried), `RateLimitedError` (429: a snooze
+   *   until its `X-RateLimit-Reset`, no attempt used), `AmbiguousOutcomeError` (timeout, reset,
+   *   5xx; retried, then the policy), `UnknownOutcomeError` (policy `fail`, or `reconcile`
+   *   without an event), `InProgressError` (a snooze), `IdempotencyMismatchError`: see `once`.
    */
   send(data: MailDataRequired, isMultiple?: boolean): Promise<SentMail>;
   /**
@@ -243,9 +246,14 @@ function reconcileFromEvents(
     if (assumeNotSentAfterMs !== undefined && started !== undefined) {
       const waited = Date.now() - started;
       if (waited >= assumeNotSentAfterMs) return undefined;
-      // Not proven absent yet: a retryable "in progress", so the step comes back and looks again
-      // (events may arrive late) until `assumeNotSentAfterMs` has passed.
-      throw new InProgressError(info.ledgerKey, info.ownerAttempt, assumeNotSentAfterMs - waited);
+      // Not proven absent yet: snooze and look again (events may arrive late) until
+      // `assumeNotSentAfterMs` has passed.
+      throw InProgressError.lookingAgain(
+        info.ledgerKey,
+        info.ownerAttempt,
+        waited,
+        assumeNotSentAfterMs - waited,
+      );
     }
     throw new UnknownOutcomeError(
       info.ledgerKey,

@@ -9,12 +9,12 @@ import { Client } from '@cyclone/core';
 import { getLedgerEntry, resolveKey } from '@cyclone/idempotency';
 import { waitFor } from '@cyclone/testkit';
 import {
-  expectKeptLooking,
+  expectNoAttemptUsed,
   oneStep,
   runOnce,
   startWorker,
   stepOf,
-  waitForLooks,
+  waitForSnoozes,
 } from '@cyclone/testkit-engine';
 import type { MailDataRequired } from '@sendgrid/mail';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
@@ -272,7 +272,7 @@ describe('idempotentMail', () => {
   });
 
   it('the key is the same on every attempt and after an operator retry (faults: 429, then 503)', async () => {
-    fake.inject({ kind: 'status', status: 429 }); // not sent → retried
+    fake.inject({ kind: 'status', status: 429 }); // not sent → a snooze, no error entry
     fake.inject({ kind: 'status', status: 503 }); // ambiguous → retried, then 'fail'
     const wf = oneStep(name('stable'), async (ctx) =>
       idempotentMail(fake.mailService(), ctx, { quietPeriodMs: 0 }).send(receipt()),
@@ -280,8 +280,8 @@ describe('idempotentMail', () => {
     const run = await runOnce(client, wf, {});
     expect(run.state).toBe('failed');
     const step = await stepOf(client, run.runId);
+    expect(step.snoozes).toBe(1);
     expect(step.errors.map((e) => e.message)).toEqual([
-      expect.stringMatching(/was not sent \(HTTP 429/),
       expect.stringMatching(/may or may not have taken effect \(HTTP 503/),
       expect.stringMatching(/unknown outcome/),
     ]);
@@ -315,6 +315,11 @@ describe('idempotentMail', () => {
     );
     const run = await runOnce(client, wf, {});
     expect(run.state).toBe('completed');
+    // Bob's 429 snoozed the step (no attempt used); the next attempt replayed Ada's send.
+    expectNoAttemptUsed(run.steps[0] as NonNullable<(typeof run.steps)[0]>, {
+      maxAttempts: 5,
+      used: 1,
+    });
     const out = run.steps[0]?.output as unknown as SentMail[];
     expect(out.map((m) => m.messageId)).toEqual(fake.sent.map((m) => m.messageId));
     expect(fake.sendRequests).toHaveLength(3);
@@ -362,7 +367,7 @@ describe('idempotentMail', () => {
     expect(fake.sendRequests).toHaveLength(1);
   });
 
-  it('within the quiet period an unknown outcome is "in progress", never re-sent (fault: effect then reset)', async () => {
+  it('within the quiet period an unknown outcome is "in progress": the step snoozes until it ends, never re-sent (fault: effect then reset)', async () => {
     fake.inject({ kind: 'reset', commit: true });
     const wf = oneStep(
       name('quiet'),
@@ -373,45 +378,131 @@ describe('idempotentMail', () => {
         }).send(receipt()),
       { maxAttempts: 3 },
     );
-    const run = await runOnce(client, wf, {});
-    expect(run.state).toBe('failed');
-    const step = await stepOf(client, run.runId);
-    expect(step.errors.slice(1).every((e) => /may still be in progress/.test(e.message))).toBe(
-      true,
-    );
-    expect(fake.sendRequests).toHaveLength(1);
+    const worker = await startWorker(client, [wf]);
+    try {
+      const { runId } = await client.submit(wf, {});
+      const step = await waitForSnoozes(client, runId, 1);
+      expect(step.state).toBe('scheduled');
+      const started = (await getLedgerEntry(client, `${runId}:send`))?.callStartedAt?.getTime();
+      const until = step.scheduledAt.getTime() - (started ?? Number.NaN);
+      expect(until).toBeGreaterThanOrEqual(60_000);
+      expect(until).toBeLessThanOrEqual(60_500);
+      expectNoAttemptUsed(step, { maxAttempts: 3, used: 1, errors: [/ECONNRESET/] });
+      expect(fake.sendRequests).toHaveLength(1);
+    } finally {
+      await worker.stop();
+    }
   });
 
   it('uses the mail service timeout for the default quiet period', async () => {
-    const captured: number[] = [];
+    fake.inject({ kind: 'reset', commit: true });
     const wf = oneStep(
       name('qp'),
-      async (ctx) => {
-        // A lost response and a 0 ms quiet period would discard; the default (timeout + 5 s) waits.
-        fake.inject({ kind: 'reset', commit: true });
-        try {
-          return await idempotentMail(fake.mailService({ timeoutMs: 1_000 }), ctx).send(receipt());
-        } catch (err) {
-          captured.push(ctx.attempt);
-          throw err;
-        }
-      },
+      async (ctx) => idempotentMail(fake.mailService({ timeoutMs: 1_000 }), ctx).send(receipt()),
       { maxAttempts: 2 },
     );
-    const run = await runOnce(client, wf, {});
-    const step = await stepOf(client, run.runId);
-    expect(step.errors[1]?.message).toMatch(
-      /may still be in progress; waiting out the quiet period \((\d+) ms left\)/,
+    const worker = await startWorker(client, [wf]);
+    try {
+      const { runId } = await client.submit(wf, {});
+      const step = await waitForSnoozes(client, runId, 1);
+      const started = (await getLedgerEntry(client, `${runId}:send`))?.callStartedAt?.getTime();
+      // 1,000 ms timeout + 5,000 ms margin after the call started, plus the snooze's 100 ms.
+      const until = step.scheduledAt.getTime() - (started ?? Number.NaN);
+      expect(until).toBeGreaterThanOrEqual(6_000);
+      expect(until).toBeLessThanOrEqual(6_500);
+      expect(fake.sendRequests).toHaveLength(1);
+    } finally {
+      await worker.stop();
+    }
+  });
+
+  it("a lost response with backoff 300 ms and 6 attempts: the step snoozes out the quiet period, then policy 'fail' discards it with the unknown-outcome error (fault: effect then reset)", async () => {
+    fake.inject({ kind: 'reset', commit: true });
+    const quietPeriodMs = 3_000;
+    const wf = oneStep(
+      name('quiet_fail'),
+      async (ctx) =>
+        idempotentMail(fake.mailService(), ctx, { onUnknown: 'fail', quietPeriodMs }).send(
+          receipt(),
+        ),
+      { backoff: () => 300, maxAttempts: 6 },
     );
-    const left = Number(/\((\d+) ms left\)/.exec(step.errors[1]?.message ?? '')?.[1]);
-    expect(left).toBeGreaterThan(4_000);
-    expect(left).toBeLessThanOrEqual(6_000);
-    expect(captured).toEqual([1, 2]);
+    const run = await runOnce(client, wf, {}, 20_000);
+    expect(run.state).toBe('failed');
+    const step = await stepOf(client, run.runId);
+    expect(step.state).toBe('discarded');
+    // The lost response, then the policy's verdict once the quiet period was over; waiting it
+    // out used no attempt and left no "in progress" entry.
+    expectNoAttemptUsed(step, {
+      maxAttempts: 6,
+      used: 2,
+      errors: [
+        /may or may not have taken effect \(ECONNRESET\)/,
+        /^unknown outcome for idempotency key/,
+      ],
+    });
+    expect(step.errors.map((e) => e.kind)).toEqual(['error', 'non_retryable']);
+    expect(step.errors[1]?.message).not.toMatch(/quiet period|in progress/);
+    const entry = await getLedgerEntry(client, `${run.runId}:send`);
+    expect(entry).toMatchObject({ phase: 'unknown', calls: 1 });
+    // The policy ran once the quiet period was over (its verdict's time).
+    const verdictAt = Date.parse(step.errors[1]?.at ?? '');
+    expect(verdictAt - (entry?.callStartedAt?.getTime() ?? 0)).toBeGreaterThanOrEqual(
+      quietPeriodMs - 50,
+    );
+    expect(fake.sendRequests).toHaveLength(1);
+    expect(fake.effects).toBe(1);
+  });
+});
+
+describe('idempotentMail: a rate-limit answer is a snooze, not an attempt', () => {
+  it('429 with Retry-After: 2 → recorded as not sent, the next send reaches SendGrid ≥ 2 s later with the same key, no attempt used (fault: 429 + Retry-After)', async () => {
+    fake.inject({ kind: 'status', status: 429, headers: { 'retry-after': '2' } });
+    const wf = oneStep(name('retry_after'), async (ctx) =>
+      idempotentMail(fake.mailService(), ctx).send(receipt()),
+    );
+    const run = await runOnce(client, wf, {});
+    expect(run.state).toBe('completed');
+    expectNoAttemptUsed(await stepOf(client, run.runId), { maxAttempts: 5, used: 1 });
+    const key = `${run.runId}:send`;
+    const [first, second] = fake.sendRequests;
+    expect(fake.sendRequests).toHaveLength(2);
+    expect((second?.at.getTime() ?? 0) - (first?.at.getTime() ?? 0)).toBeGreaterThanOrEqual(2_000);
+    expect(wireKeys()).toEqual([key, key]);
+    expect(fake.effects).toBe(1);
+    expect(await getLedgerEntry(client, key)).toMatchObject({
+      phase: 'succeeded',
+      calls: 2,
+      error: { outcome: 'not_sent', status: 429 },
+    });
+  });
+
+  it("429 with SendGrid's X-RateLimit-Reset (a Unix time): the next send comes at or after it (fault: 429 + X-RateLimit-Reset)", async () => {
+    const reset = Math.ceil(Date.now() / 1000) + 2;
+    fake.inject({
+      kind: 'status',
+      status: 429,
+      headers: {
+        'x-ratelimit-limit': '150',
+        'x-ratelimit-remaining': '0',
+        'x-ratelimit-reset': String(reset),
+      },
+    });
+    const wf = oneStep(name('reset'), async (ctx) =>
+      idempotentMail(fake.mailService(), ctx).send(receipt()),
+    );
+    const run = await runOnce(client, wf, {});
+    expect(run.state).toBe('completed');
+    expectNoAttemptUsed(await stepOf(client, run.runId), { maxAttempts: 5, used: 1 });
+    expect(fake.sendRequests).toHaveLength(2);
+    // 50 ms for clock reading granularity between this process and the database.
+    expect(fake.sendRequests[1]?.at.getTime() ?? 0).toBeGreaterThanOrEqual(reset * 1000 - 50);
+    expect(fake.effects).toBe(1);
   });
 });
 
 describe("idempotentMail: 'reconcile' with assumeNotSentAfterMs", () => {
-  it('no event before it has passed is "in progress" (retryable): the step looks again, and the late event settles it, no resend (fault: effect then reset)', async () => {
+  it('no event before it has passed is "in progress": the step snoozes and looks again, and the late event settles it, no resend (fault: effect then reset)', async () => {
     fake.inject({ kind: 'reset', commit: true });
     const wf = oneStep(
       name('keep_looking'),
@@ -421,18 +512,19 @@ describe("idempotentMail: 'reconcile' with assumeNotSentAfterMs", () => {
           quietPeriodMs: 0,
           assumeNotSentAfterMs: 60_000,
         }).send(receipt()),
-      { maxAttempts: 100, backoff: () => 100 },
+      { maxAttempts: 3, backoff: () => 100 },
     );
     const worker = await startWorker(client, [wf]);
     try {
       const { runId } = await client.submit(wf, {});
       // The Event Webhook is late: the step keeps looking (or, wrongly, stops).
-      const step = await waitForLooks(client, runId, 2);
-      // Retry after = what is left of assumeNotSentAfterMs (the quiet period is 0).
-      expectKeptLooking(step, {
-        first: /may or may not have taken effect \(ECONNRESET\)/,
-        leftAbove: 50_000,
-        leftAtMost: 60_000,
+      const step = await waitForSnoozes(client, runId, 2);
+      expect(step.state).toBe('scheduled');
+      expectNoAttemptUsed(step, {
+        maxAttempts: 3,
+        used: 1,
+        minSnoozes: 2,
+        errors: [/may or may not have taken effect \(ECONNRESET\)/],
       });
 
       // SendGrid's events arrive: the next look finds them.
@@ -456,7 +548,7 @@ describe("idempotentMail: 'reconcile' with assumeNotSentAfterMs", () => {
 
   it('once it has passed with no event, the e-mail is sent again under the same key; not before (fault: reset before the effect)', async () => {
     fake.inject({ kind: 'reset', commit: false });
-    const assumeNotSentAfterMs = 600;
+    const assumeNotSentAfterMs = 1_500;
     const wf = oneStep(
       name('assume'),
       async (ctx) =>
@@ -465,15 +557,17 @@ describe("idempotentMail: 'reconcile' with assumeNotSentAfterMs", () => {
           quietPeriodMs: 0,
           assumeNotSentAfterMs,
         }).send(receipt()),
-      { maxAttempts: 50, backoff: () => 100 },
+      { maxAttempts: 3, backoff: () => 100 },
     );
     const run = await runOnce(client, wf, {});
     expect(run.state).toBe('completed');
     const step = await stepOf(client, run.runId);
-    expectKeptLooking(step, {
-      first: /may or may not have taken effect \(ECONNRESET\)/,
-      leftAbove: 0,
-      leftAtMost: assumeNotSentAfterMs,
+    // Attempt 1 lost the call, attempt 2 looked (nothing: a snooze), the look after the
+    // deadline sent again; the looks used no attempt.
+    expectNoAttemptUsed(step, {
+      maxAttempts: 3,
+      used: 2,
+      errors: [/may or may not have taken effect \(ECONNRESET\)/],
     });
     const key = `${run.runId}:send`;
     const [call1, call2] = fake.sendRequests;
