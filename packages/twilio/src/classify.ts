@@ -7,7 +7,12 @@
  *   `ECONNABORTED` (timeout), …;
  * - any other error: thrown by the SDK before any request (a required parameter missing).
  */
-import { classifyError, classifyHttpStatus, type Outcome } from '@cyclone/idempotency';
+import {
+  classifyError,
+  classifyHttpStatus,
+  type Outcome,
+  type ResponseHeaders,
+} from '@cyclone/idempotency';
 
 /** The shape shared by `RestException` and `TwilioServiceException`. */
 interface TwilioHttpError {
@@ -31,15 +36,19 @@ export function isTwilioHttpError(err: unknown): err is TwilioHttpError {
  * Classifies a failed create:
  * - 4xx with a Twilio code (21211 invalid To, 21610 unsubscribed, 21408, 20003, …) →
  *   `definitive` (nothing was sent; the same request fails the same way);
- * - 429 → `not_sent` (retried with the same key);
- * - 5xx → `ambiguous` (Twilio's error 20500: a retry may duplicate the message);
+ * - 429 → `not_sent` (Twilio's error 20429: never processed, safe to retry) and `rateLimited`,
+ *   with the wait a `Retry-After` in `headers` names (Twilio documents none; without one, `once`
+ *   uses its rate-limit backoff): the step snoozes, then sends again with the same key;
+ * - 5xx, 503 included → `ambiguous` (Twilio's error 20500: a retry may duplicate the message);
  * - `ECONNREFUSED`/DNS → `not_sent`; reset and timeout → `ambiguous` (via `classifyError`);
  * - an error that is neither (thrown before any request) → `definitive`.
  * `code` is Twilio's error code as a string; `reason` names it, for operators.
+ * @param headers the response's headers, which the SDK's exceptions do not keep (the adapter
+ *   records them per call).
  */
-export function classifyTwilioError(err: unknown): Outcome {
+export function classifyTwilioError(err: unknown, headers?: ResponseHeaders): Outcome {
   if (isTwilioHttpError(err)) {
-    const outcome = classifyHttpStatus(err.status);
+    const outcome = classifyHttpStatus(err.status, headers);
     return {
       ...outcome,
       ...(err.code !== undefined ? { code: String(err.code) } : {}),

@@ -13,6 +13,7 @@ import {
   once,
   type Reconcile,
   type ReconcileInfo,
+  type ResponseHeaders,
   UnknownOutcomeError,
 } from '@cyclone/idempotency';
 import type twilio from 'twilio';
@@ -22,6 +23,7 @@ import type {
 } from 'twilio/lib/rest/api/v2010/account/message.js';
 import { classifyTwilioError } from './classify.js';
 import { callbacksForKey, statusCallbackUrl } from './reconcile.js';
+import { type SeenResponse, withResponseHeaders } from './response-headers.js';
 import type { TwilioDb } from './tables.js';
 
 /** What a guarded create returns (and what the ledger stores and replays). JSON. */
@@ -49,8 +51,9 @@ export interface SentSms {
  *   `To`/`From` and `DateSent`, matching the body and a creation time after the call started.
  *   Exactly one message → `succeeded` with it, no send. Several → `UnknownOutcomeError` for an
  *   operator. None → `UnknownOutcomeError` too (a queued message has no `DateSent` yet and the
- *   list may lag); with `assumeNotSentAfterMs` set, none is a retryable `InProgressError` (the
- *   step looks again after its backoff) until that time has passed, then it is sent again.
+ *   list may lag); with `assumeNotSentAfterMs` set, none is an `InProgressError` until that time
+ *   has passed (the step snoozes and looks again, at half the time waited so far, without using
+ *   attempts), then it is sent again.
  * - `'fail'`: discard the step with `UnknownOutcomeError` for an operator, without looking.
  * - `'recall'`: send again — **at least once**: the recipient may get the SMS twice.
  * - a reconcile function of your own (`@cyclone/idempotency`'s `Reconcile`).
@@ -86,14 +89,15 @@ export interface IdempotentTwilioOptions {
   /**
    * With `'reconcile'`: when neither a callback nor a listed message is found this long (ms) after
    * the call started, treat the SMS as not sent and send it again; before that, finding nothing
-   * is a retryable `InProgressError`, so the step keeps looking. Default: never (an operator
+   * is an `InProgressError`: the step snoozes and keeps looking. Default: never (an operator
    * decides). Twilio lists a message by `DateSent` only once it is sent, so keep this well above
    * your worst queueing delay.
    */
   assumeNotSentAfterMs?: number;
   /**
    * How long after a create started its outcome may still arrive; within it an unknown outcome is
-   * "in progress" and retried later, never re-sent. Default: from the client's `RequestClient`:
+   * "in progress": the step snoozes until it ends (no attempt used), never re-sent, then the
+   * policy runs. Default: from the client's `RequestClient`:
    * timeout × (1 + 429 retries) + retries × max retry delay + 5,000 ms (35,000 ms with the SDK's
    * defaults: 30 s timeout, no auto-retry).
    */
@@ -106,10 +110,11 @@ export interface IdempotentTwilio {
     /**
      * Creates the message at most once per key: a `succeeded` ledger row
      * returns its stored `SentSms` without calling Twilio; a `failed` one replays its error.
-     * @throws `DefinitiveFailureError` (a 4xx such as 21211; not retried), `NotSentError` (429,
-     *   connection refused; retried), `AmbiguousOutcomeError` (timeout, reset, 5xx; retried, then
-     *   the policy), `UnknownOutcomeError` (policy `fail`, or reconciliation unsure),
-     *   `InProgressError`, `IdempotencyMismatchError`: see `once`.
+     * @throws `DefinitiveFailureError` (a 4xx such as 21211; not retried), `NotSentError`
+     *   (connection refused; retried), `RateLimitedError` (429: a snooze until its `Retry-After`,
+     *   else the rate-limit backoff; no attempt used), `AmbiguousOutcomeError` (timeout, reset,
+     *   5xx; retried, then the policy), `UnknownOutcomeError` (policy `fail`, or reconciliation
+     *   unsure), `InProgressError` (a snooze), `IdempotencyMismatchError`: see `once`.
      */
     create(params: MessageListInstanceCreateOptions): Promise<SentSms>;
   };
@@ -160,7 +165,9 @@ export function toSentSms(m: MessageInstance): SentSms {
 /**
  * Wraps a `twilio` client for one step: `messages.create` goes through the ledger (`once`), so a
  * retried, reclaimed or operator-retried step never sends an SMS twice under the default policy.
- * The client's own 429 auto-retry may stay on (it only repeats refused requests).
+ * The client's own 429 auto-retry may stay on (it only repeats refused requests). The client's
+ * `RequestClient` gets a pass-through wrapper (once) that hands each response's headers to the
+ * adapter call it answers, so a 429's `Retry-After` can time the snooze.
  *
  * @param client a `twilio(accountSid, authToken, …)` client.
  * @param ctx the handler's context: the key comes from `ctx.runId` and `ctx.node`, the ledger is
@@ -181,6 +188,7 @@ export function idempotentTwilio(
     messages: {
       create(params) {
         const base = params.statusCallback ?? options.statusCallback;
+        const seen: SeenResponse = {};
         const onUnknown =
           policy === 'reconcile'
             ? reconcileMessage(client, params, options.callbacks ?? ctx.client, options)
@@ -197,14 +205,17 @@ export function idempotentTwilio(
             operation: 'POST /2010-04-01/Accounts/{AccountSid}/Messages.json',
             onUnknown,
             quietPeriodMs,
-            classify: classifyTwilioError,
+            classify: (err) => classifyTwilioError(err, seen.headers as ResponseHeaders),
             reference: (r) => r.sid,
           },
           async (sendKey) => {
-            const m = await client.messages.create({
-              ...params,
-              ...(base !== undefined ? { statusCallback: statusCallbackUrl(base, sendKey) } : {}),
-            });
+            seen.headers = undefined;
+            const m = await withResponseHeaders(client, seen, () =>
+              client.messages.create({
+                ...params,
+                ...(base !== undefined ? { statusCallback: statusCallbackUrl(base, sendKey) } : {}),
+              }),
+            );
             return toSentSms(m);
           },
         );
@@ -267,11 +278,12 @@ function reconcileMessage(
     if (options.assumeNotSentAfterMs !== undefined && info.callStartedAt) {
       const waited = Date.now() - startedMs;
       if (waited >= options.assumeNotSentAfterMs) return undefined;
-      // Not proven absent yet: a retryable "in progress", so the step comes back and looks again
-      // (the list may lag) until `assumeNotSentAfterMs` has passed.
-      throw new InProgressError(
+      // Not proven absent yet: snooze and look again (the list may lag) until
+      // `assumeNotSentAfterMs` has passed.
+      throw InProgressError.lookingAgain(
         info.ledgerKey,
         info.ownerAttempt,
+        waited,
         options.assumeNotSentAfterMs - waited,
       );
     }

@@ -10,12 +10,12 @@ import { Client } from '@cyclone/core';
 import { getLedgerEntry, resolveKey } from '@cyclone/idempotency';
 import { deferred, waitFor } from '@cyclone/testkit';
 import {
-  expectKeptLooking,
+  expectNoAttemptUsed,
   oneStep,
   runOnce,
   startWorker,
   stepOf,
-  waitForLooks,
+  waitForSnoozes,
 } from '@cyclone/testkit-engine';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import {
@@ -229,7 +229,7 @@ describe('idempotentTwilio', () => {
     expect(fake.requests).toHaveLength(0);
   });
 
-  it('autoRetry is off by default: a 429 is one POST per attempt, retried by the step (§ 5.3 #5; fault: 429)', async () => {
+  it('autoRetry is off by default: a 429 is one POST, then the step snoozes and sends again, no attempt used (§ 5.3 #5; fault: 429 without Retry-After)', async () => {
     fake.inject({ kind: 'status', status: 429 });
     const wf = oneStep(name('429'), async (ctx) =>
       idempotentTwilio(fake.client(), ctx, { quietPeriodMs: 0 }).messages.create(sms),
@@ -237,10 +237,35 @@ describe('idempotentTwilio', () => {
     const run = await runOnce(client, wf, {});
     expect(run.state).toBe('completed');
     const step = await stepOf(client, run.runId);
-    expect(step.errors).toHaveLength(1);
-    expect(step.errors[0]?.message).toMatch(/was not sent \(HTTP 429 \(Twilio 20429\)/);
+    // No time named: the rate-limit backoff, 1 s (+ up to 25 %) for the first call.
+    expectNoAttemptUsed(step, { maxAttempts: 5, used: 1 });
+    const [first, second] = fake.createRequests;
     expect(fake.createRequests).toHaveLength(2);
+    expect((second?.at.getTime() ?? 0) - (first?.at.getTime() ?? 0)).toBeGreaterThanOrEqual(1_000);
     expect(fake.effects).toBe(1);
+    expect(await getLedgerEntry(client, `${run.runId}:send`)).toMatchObject({
+      phase: 'succeeded',
+      calls: 2,
+      error: { outcome: 'not_sent', status: 429, code: '20429' },
+    });
+  });
+
+  it('429 with Retry-After: 2 → recorded as not sent, the next create reaches Twilio ≥ 2 s later with the same key, no attempt used (fault: 429 + Retry-After)', async () => {
+    fake.inject({ kind: 'status', status: 429, headers: { 'retry-after': '2' } });
+    const wf = oneStep(name('retry_after'), async (ctx) =>
+      idempotentTwilio(fake.client(), ctx, { statusCallback: HOOK }).messages.create(sms),
+    );
+    const run = await runOnce(client, wf, {});
+    expect(run.state).toBe('completed');
+    const step = await stepOf(client, run.runId);
+    expectNoAttemptUsed(step, { maxAttempts: 5, used: 1 });
+    const key = `${run.runId}:send`;
+    const [first, second] = fake.createRequests;
+    expect(fake.createRequests).toHaveLength(2);
+    expect((second?.at.getTime() ?? 0) - (first?.at.getTime() ?? 0)).toBeGreaterThanOrEqual(2_000);
+    expect(wireKeys()).toEqual([key, key]);
+    expect(fake.effects).toBe(1);
+    expect(run.steps[0]?.output).toMatchObject({ sid: fake.created[0]?.sid });
   });
 
   it('a 5xx after the message was created is ambiguous and reconciled, never re-sent (fault: effect then 500)', async () => {
@@ -309,19 +334,28 @@ describe('idempotentTwilio', () => {
     expect(fake.effects).toBe(2);
   });
 
-  it('the default quiet period comes from the client timeout', async () => {
+  it('the default quiet period comes from the client timeout: the step snoozes until it ends', async () => {
     fake.inject({ kind: 'reset', commit: true });
     const wf = oneStep(
       name('quiet'),
       async (ctx) => idempotentTwilio(fake.client({ timeoutMs: 1_000 }), ctx).messages.create(sms),
       { maxAttempts: 2 },
     );
-    const run = await runOnce(client, wf, {});
-    const msg = (await stepOf(client, run.runId)).errors[1]?.message ?? '';
-    const left = Number(/\((\d+) ms left\)/.exec(msg)?.[1]);
-    expect(left).toBeGreaterThan(4_000); // 1,000 ms timeout + 5,000 ms margin, minus elapsed
-    expect(left).toBeLessThanOrEqual(6_000);
-    expect(fake.createRequests).toHaveLength(1);
+    const worker = await startWorker(client, [wf]);
+    try {
+      const { runId } = await client.submit(wf, {});
+      const step = await waitForSnoozes(client, runId, 1);
+      expect(step.state).toBe('scheduled');
+      const started = (await getLedgerEntry(client, `${runId}:send`))?.callStartedAt?.getTime();
+      // 1,000 ms timeout + 5,000 ms margin after the call started, plus the snooze's 100 ms.
+      const until = step.scheduledAt.getTime() - (started ?? Number.NaN);
+      expect(until).toBeGreaterThanOrEqual(6_000);
+      expect(until).toBeLessThanOrEqual(6_500);
+      expect(step.errors).toHaveLength(1); // the lost response only
+      expect(fake.createRequests).toHaveLength(1);
+    } finally {
+      await worker.stop();
+    }
   });
 });
 
@@ -416,8 +450,36 @@ describe('idempotentTwilio: the status callback URL is not part of the request',
   });
 });
 
+describe('idempotentTwilio: the quiet period is a snooze, so the policy runs', () => {
+  it("a lost response with backoff 300 ms and 6 attempts: the step snoozes out the quiet period, then the default 'reconcile' completes it with the SID that was sent (fault: effect then reset)", async () => {
+    fake.inject({ kind: 'reset', commit: true });
+    const quietPeriodMs = 3_000;
+    const wf = oneStep(
+      name('quiet_reconcile'),
+      async (ctx) => idempotentTwilio(fake.client(), ctx, { quietPeriodMs }).messages.create(sms),
+      { backoff: () => 300, maxAttempts: 6 },
+    );
+    const run = await runOnce(client, wf, {}, 20_000);
+    expect(run.state).toBe('completed');
+    const msg = fake.created[0];
+    expect(run.steps[0]?.output).toMatchObject({ sid: msg?.sid, to: TO, body: sms.body });
+    const step = await stepOf(client, run.runId);
+    // The lost response used attempt 1; waiting out the quiet period used none.
+    expectNoAttemptUsed(step, { maxAttempts: 6, used: 2, errors: [/ECONNRESET/] });
+    expect(fake.createRequests).toHaveLength(1);
+    expect(fake.effects).toBe(1);
+    const entry = await getLedgerEntry(client, `${run.runId}:send`);
+    expect(entry).toMatchObject({ phase: 'succeeded', providerRef: msg?.sid, calls: 1 });
+    // The reconcile ran once the quiet period was over.
+    const list = fake.requests.find((r) => r.route === 'list');
+    expect(
+      (list?.at.getTime() ?? 0) - (entry?.callStartedAt?.getTime() ?? 0),
+    ).toBeGreaterThanOrEqual(quietPeriodMs - 50);
+  });
+});
+
 describe('idempotentTwilio: reconcile with assumeNotSentAfterMs', () => {
-  it('nothing found before it has passed is "in progress" (retryable): the step looks again, and the message found later settles it, no resend (fault: effect then reset, not yet sent)', async () => {
+  it('nothing found before it has passed is "in progress": the step snoozes and looks again, and the message found later settles it, no resend (fault: effect then reset, not yet sent)', async () => {
     await startFake({ autoAdvance: 'none' }); // queued: no DateSent, invisible to the list
     fake.inject({ kind: 'reset', commit: true });
     const wf = oneStep(
@@ -427,14 +489,15 @@ describe('idempotentTwilio: reconcile with assumeNotSentAfterMs', () => {
           quietPeriodMs: 0,
           assumeNotSentAfterMs: 60_000,
         }).messages.create(sms),
-      { maxAttempts: 100, backoff: () => 100 },
+      { maxAttempts: 3, backoff: () => 100 },
     );
     const worker = await startWorker(client, [wf]);
     try {
       const { runId } = await client.submit(wf, {});
-      const step = await waitForLooks(client, runId, 2);
-      // Retry after = what is left of assumeNotSentAfterMs (the quiet period is 0).
-      expectKeptLooking(step, { first: /ECONNRESET/, leftAbove: 50_000, leftAtMost: 60_000 });
+      const step = await waitForSnoozes(client, runId, 2);
+      // Each look that found nothing snoozed (≥ 1 s: half the wait so far, at least 1 s).
+      expect(step.state).toBe('scheduled');
+      expectNoAttemptUsed(step, { maxAttempts: 3, used: 1, minSnoozes: 2, errors: [/ECONNRESET/] });
       expect(fake.requests.filter((r) => r.route === 'list').length).toBeGreaterThanOrEqual(2);
 
       // Twilio sends it: the next look finds it in the list.
@@ -457,7 +520,7 @@ describe('idempotentTwilio: reconcile with assumeNotSentAfterMs', () => {
 
   it('once it has passed with nothing found, the SMS is sent again under the same key; not before (fault: reset before the effect)', async () => {
     fake.inject({ kind: 'reset', commit: false });
-    const assumeNotSentAfterMs = 600;
+    const assumeNotSentAfterMs = 1_500;
     const wf = oneStep(
       name('assume'),
       async (ctx) =>
@@ -466,16 +529,14 @@ describe('idempotentTwilio: reconcile with assumeNotSentAfterMs', () => {
           quietPeriodMs: 0,
           assumeNotSentAfterMs,
         }).messages.create(sms),
-      { maxAttempts: 50, backoff: () => 100 },
+      { maxAttempts: 3, backoff: () => 100 },
     );
     const run = await runOnce(client, wf, {});
     expect(run.state).toBe('completed');
     const step = await stepOf(client, run.runId);
-    expectKeptLooking(step, {
-      first: /ECONNRESET/,
-      leftAbove: 0,
-      leftAtMost: assumeNotSentAfterMs,
-    });
+    // Attempt 1 lost the call, attempt 2 looked (nothing: a snooze), the look after the
+    // deadline sent again; the looks used no attempt.
+    expectNoAttemptUsed(step, { maxAttempts: 3, used: 2, errors: [/ECONNRESET/] });
     const key = `${run.runId}:send`;
     const [call1, call2] = fake.createRequests;
     expect(fake.createRequests).toHaveLength(2);
