@@ -74,6 +74,20 @@ export function parseFinishedStates(value: string): FinishedRunState[] {
   return [...new Set(states as FinishedRunState[])];
 }
 
+/**
+ * `--data` of `signal`: any JSON text (an object, an array, a string, a number, true, false,
+ * null); whether it is storable (size, NUL) is the client's check.
+ */
+export function parseJson(value: string): unknown {
+  try {
+    return JSON.parse(value);
+  } catch (e) {
+    throw new InvalidArgumentError(
+      `expected JSON, e.g. '{"by":"alice"}' (${e instanceof Error ? e.message : String(e)})`,
+    );
+  }
+}
+
 /** One line for any error: the typed errors' own messages, pg's message, never a stack. */
 export function formatError(e: unknown): string {
   let msg: string;

@@ -1,7 +1,7 @@
 /**
  * The `cyclone` CLI's commands (API.md § The cyclone CLI): migrate, list and inspect runs,
- * operator retry and cancel, cleanup of finished runs (retention), and stopping or removing the
- * embedded server; its parsers and tables are in `cli-format.ts`. Exit codes: 0 success, 1 a
+ * operator retry and cancel, signals, cleanup of finished runs (retention), and stopping or
+ * removing the embedded server; its parsers and tables are in `cli-format.ts`. Exit codes: 0 success, 1 a
  * failed operation (one line on stderr), 2 bad usage. The database is `--database-url`, else
  * `DATABASE_URL`, else the embedded PostgreSQL.
  */
@@ -20,6 +20,7 @@ import {
   parseBatchSize,
   parseDuration,
   parseFinishedStates,
+  parseJson,
   parseLimit,
   parseMaxRuns,
 } from './cli-format.js';
@@ -226,6 +227,39 @@ export async function main(argv: readonly string[], io: Partial<CliIo> = {}): Pr
         else print(`cancelled run ${runId} (${steps} step${steps === 1 ? '' : 's'} cancelled)`);
       });
     });
+
+  program
+    .command('signal')
+    .description(
+      'send a signal to a run: a wait node of that name completes with its data (the first signal of a name per run stands)',
+    )
+    .argument('<runId>', 'the run id')
+    .argument('<name>', "the signal name (the wait node's waitFor)")
+    .option('--data <json>', 'the payload, as JSON (default: null)', parseJson)
+    .option('--json', 'print JSON')
+    .action(
+      async (
+        runId: string,
+        name: string,
+        opts: { data?: unknown; json?: boolean },
+        cmd: Command,
+      ) => {
+        await withClient(cmd, async (client) => {
+          const { accepted } = await client.signal(runId, name, opts.data ?? null);
+          if (opts.json) {
+            print(JSON.stringify({ runId, signal: name, accepted }));
+            return;
+          }
+          // A name may hold spaces or line breaks; quoted then, so the answer stays one line.
+          const shownName = /^[\w.:@/-]+$/.test(name) ? name : JSON.stringify(name);
+          print(
+            accepted
+              ? `signal ${shownName} accepted for run ${runId}`
+              : `signal ${shownName} for run ${runId} was already sent; this one changed nothing`,
+          );
+        });
+      },
+    );
 
   program
     .command('cleanup')
