@@ -178,27 +178,36 @@ function checkKey(workflow: string, path: string[], key: unknown): asserts key i
  * The debounce window of `options`, or undefined without `debounce`.
  * @throws InputValidationError for a debounce that is not an object, a bad key (as a submit
  *   key), a delay not a number of ms from 0 to `MAX_DELAY_MS`, `maxDelayMs` below `delayMs`,
- *   or `runAt`/`delayMs` given too (the window sets the start); nothing is written.
+ *   `runAt`/`delayMs` given too (the window sets the start), or a workflow with a root wait
+ *   node; nothing is written.
  */
-function debounceWindow(
-  workflow: string,
+function debounceWindow<RI>(
+  workflow: SubmittableWorkflow<RI>,
   options: SubmitOptions,
 ): { key: string; window: DebounceWindow } | undefined {
   const { debounce } = options;
   if (debounce === undefined) return undefined;
   const bad = (path: string[], message: string) =>
-    new InputValidationError(workflow, [{ path, message }]);
+    new InputValidationError(workflow.name, [{ path, message }]);
   if (debounce === null || typeof debounce !== 'object' || Array.isArray(debounce)) {
     throw bad(['debounce'], 'debounce must be an object { key, delayMs, maxDelayMs? }');
   }
   if (options.runAt !== undefined || options.delayMs !== undefined) {
     throw bad(['debounce'], 'debounce sets when the run starts: not with runAt or delayMs');
   }
+  // A wait node's time is its signal's, which a debounce must not move.
+  const waiting = workflow.nodes.find((n) => n.after.length === 0 && n.waitFor !== undefined);
+  if (waiting) {
+    throw bad(
+      ['debounce'],
+      `debounce delays the run's root nodes, and root node '${waiting.name}' is a wait node`,
+    );
+  }
   const { key, delayMs, maxDelayMs } = debounce;
-  checkKey(workflow, ['debounce', 'key'], key);
-  checkDelay(workflow, ['debounce', 'delayMs'], delayMs);
+  checkKey(workflow.name, ['debounce', 'key'], key);
+  checkDelay(workflow.name, ['debounce', 'delayMs'], delayMs);
   if (maxDelayMs === undefined) return { key, window: { delayMs, maxDelayMs: null } };
-  checkDelay(workflow, ['debounce', 'maxDelayMs'], maxDelayMs);
+  checkDelay(workflow.name, ['debounce', 'maxDelayMs'], maxDelayMs);
   if (maxDelayMs < delayMs) {
     throw bad(
       ['debounce', 'maxDelayMs'],
@@ -227,7 +236,7 @@ export async function submit<RI>(
   input: RI,
   options: SubmitOptions,
 ): Promise<SubmitResult | DebouncedSubmitResult> {
-  const debounce = debounceWindow(workflow.name, options);
+  const debounce = debounceWindow(workflow, options);
   if (debounce) {
     const { text, hash } = encodeRunInput(scope, workflow, input);
     return submitDebounced(

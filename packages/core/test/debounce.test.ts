@@ -58,7 +58,15 @@ const Roots = newWorkflow('debounce_roots', {
     c: { action: Echo, after: ['a', 'b'] },
   },
 });
+/** A wait node after the root: it keeps its signal name in a debounced run. */
+const Approval = newWorkflow('debounce_approval', {
+  input: Input,
+  nodes: { first: { action: Echo }, approval: { waitFor: 'approved', after: ['first'] } },
+});
+/** A root wait node: its time is its signal's, so debounce refuses the workflow. */
+const RootWait = newWorkflow('debounce_root_wait', { nodes: { approval: { waitFor: 'go' } } });
 const ALL = [Burst, Capped, During, Done, Race, KeysA, KeysB, Rollback, Forms, Bad, Roots];
+const EVENTS = [Approval, RootWait];
 
 beforeAll(async () => {
   db = await createTestDb();
@@ -67,7 +75,12 @@ beforeAll(async () => {
   await db.pool.query(`CREATE TABLE debounce_log (
     seq bigserial PRIMARY KEY, n int NOT NULL, submitted_at timestamptz NOT NULL,
     run_id uuid NOT NULL, debounced boolean NOT NULL)`);
-  worker = new Worker({ client, workflows: ALL, concurrency: 10, pollIntervalMs: 1_000 });
+  worker = new Worker({
+    client,
+    workflows: [...ALL, ...EVENTS],
+    concurrency: 10,
+    pollIntervalMs: 1_000,
+  });
   await worker.start();
 });
 
@@ -450,6 +463,29 @@ describe('debounce', () => {
     await client.cancel(first.runId);
   });
 
+  it('a wait node after the root still waits for its signal in a debounced run', async () => {
+    const window = { key: 'wait', delayMs: 200 };
+    const a = await Approval.submit(client, { n: 1 }, { debounce: window });
+    const b = await Approval.submit(client, { n: 2 }, { debounce: window });
+    expect(b).toEqual({ runId: a.runId, debounced: true });
+    const deadline = Date.now() + 10_000;
+    for (;;) {
+      const run = await client.getRun(a.runId);
+      const first = run.steps.find((x) => x.node === 'first');
+      if (first?.state === 'completed') {
+        expect(first.output).toEqual({ n: 2 });
+        expect(run.steps.find((x) => x.node === 'approval')?.state).toBe('scheduled');
+        break;
+      }
+      if (Date.now() > deadline) throw new Error('the root never completed');
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    await client.signal(a.runId, 'approved', { by: 'alice' });
+    const done = await client.waitForRun(a.runId, { timeoutMs: 10_000, pollMs: 50 });
+    expect(done.state).toBe('completed');
+    expect(done.steps.find((x) => x.node === 'approval')?.output).toEqual({ by: 'alice' });
+  });
+
   it('refuses bad debounce options with InputValidationError, writing nothing', async () => {
     const before = await countRuns();
     const ok = { key: 'k', delayMs: 100 };
@@ -487,6 +523,8 @@ describe('debounce', () => {
       () => client.submitOnce(Bad, 'once', { n: 1 }, { debounce: ok }),
       () => Bad.submitOnce(client, 'once', { n: 1 }, { debounce: ok }),
       () => client.submitMany(Bad, [{ n: 1 }], { debounce: ok }),
+      // A root wait node's time is its signal's, not the debounce's.
+      () => client.submit(RootWait, {}, { debounce: ok }),
       // The run input is still validated.
       // biome-ignore lint/suspicious/noExplicitAny: an input the schema refuses
       () => client.submit(Bad, { n: 'one' } as any, { debounce: ok }),

@@ -20,7 +20,8 @@ export const lockDebouncedRunSql = (s: string) =>
 /**
  * Absorbs a submit into the locked run $1 while none of its root steps has started: the roots
  * still `scheduled` and never claimed (`started_at IS NULL`: a snoozed root is `scheduled` again
- * but started) are locked, and when they are all of its roots, they move to
+ * but started; a wait node's time is its signal's, never pushed, so it counts as started) are
+ * locked, and when they are all of its roots, they move to
  * `least(clock_timestamp() + $4 ms, created_at + $5 ms)` plus their own node delay, and the run
  * takes input $2 (hash $3). Otherwise the key is taken off the run, for a follow-up run to take.
  * `SKIP LOCKED`: a root a claim holds right now is being started, so it counts as started; and
@@ -37,6 +38,7 @@ export const absorbDebouncedSql = (s: string) => `
 WITH waiting AS MATERIALIZED (
   SELECT node FROM ${s}.cyclone_steps
   WHERE run_id = $1 AND cardinality(ancestors) = 0 AND state = 'scheduled' AND started_at IS NULL
+    AND wait_for IS NULL
   FOR UPDATE SKIP LOCKED
 ), decision AS (
   SELECT (SELECT count(*) FROM waiting) =
@@ -71,10 +73,11 @@ FROM run`;
  * a conflicting insert in progress is waited for) and roots always `scheduled`, even when due at
  * once, since a debounced run stays open until a claim starts a root. The roots wait until
  * `least(clock_timestamp() + $15 ms, now() + $16 ms)` plus their own node delay (`now()` is the
- * run's `created_at`).
+ * run's `created_at`). A wait node keeps its signal name and timeout for when it is released (a
+ * root wait node is refused at submit).
  * $1 id, $2 workflow, $3 input jsonb, $4 debounce key, $5 input hash, $6–$13 the step columns as
  * in `insertRun`, $14 channel, $15 delay ms, $16 max delay ms or NULL (no cap), $17 node delays
- * ms bigint[].
+ * ms bigint[], $18 signal names text[], $19 wait timeouts ms bigint[] (as in `insertRun`).
  */
 export const insertDebouncedRunSql = (s: string) => `
 WITH t AS (
@@ -89,7 +92,7 @@ WITH t AS (
 ), steps AS (
   INSERT INTO ${s}.cyclone_steps
     (run_id, node, workflow, action, state, max_attempts, deps_remaining, downstream, ancestors,
-     delay_ms, scheduled_at)
+     delay_ms, scheduled_at, wait_for, wait_timeout_ms)
   SELECT run.id, n.node, $2, n.action,
          CASE WHEN n.deps > 0 THEN 'pending' ELSE 'scheduled' END,
          n.max_attempts, n.deps,
@@ -98,11 +101,13 @@ WITH t AS (
          n.delay_ms,
          CASE WHEN n.deps = 0
               THEN t.at + make_interval(secs => n.delay_ms::double precision / 1000)
-              ELSE now() END
+              ELSE now() END,
+         n.wait_for, n.wait_timeout_ms
   FROM run, t,
        unnest($8::text[], $9::text[], $10::int[], $11::int[], $12::jsonb[], $13::jsonb[],
-              $17::bigint[])
-         AS n(node, action, max_attempts, deps, downstream, ancestors, delay_ms)
+              $17::bigint[], $18::text[], $19::bigint[])
+         AS n(node, action, max_attempts, deps, downstream, ancestors, delay_ms, wait_for,
+              wait_timeout_ms)
   RETURNING 1
 )
 SELECT (SELECT id FROM run) AS id, (SELECT count(*) FROM steps)::int AS steps, pg_notify($14, $2)
@@ -205,6 +210,8 @@ export async function insertDebouncedRun(
       p.window.delayMs,
       p.window.maxDelayMs,
       p.steps.delays,
+      p.steps.waitFor,
+      p.steps.waitTimeouts,
     ],
     plainText,
   );
