@@ -43,7 +43,11 @@ let stopping = false;
 async function shutdown(): Promise<void> {
   if (stopping) return;
   stopping = true;
+  // In-flight requests get a second to finish; then the connections still open are closed, or
+  // close() would wait for ever on a client that gave up mid-request but keeps its socket.
+  const force = setTimeout(() => app.server.closeAllConnections(), 1_000);
   await app.close();
+  clearTimeout(force);
   await client.close();
   await db.stop();
   process.exit(0);

@@ -43,6 +43,7 @@ async function main(): Promise<number> {
   mkdirSync(logDir, { recursive: true });
 
   let bar: ReturnType<MultiBar['create']> | undefined;
+  let status: ReturnType<MultiBar['create']> | undefined;
   let multibar: MultiBar | undefined;
   const say = (line: string) => {
     if (multibar) multibar.log(`${line}\n`);
@@ -88,9 +89,12 @@ async function main(): Promise<number> {
     children.push(api);
     const apiUrl = (await api.ready)[1] as string;
     let nextWorker = 1;
+    /** Worker id → the demo's name for it (w1, w2…), for the progress line. */
+    const workerNames = new Map<string, string>();
     const startWorker = async () => {
+      const name = `w${nextWorker++}`;
       const w = await WorkerChild.start(
-        `w${nextWorker++}`,
+        name,
         join(src, 'worker-main.ts'),
         {
           ...env,
@@ -101,8 +105,10 @@ async function main(): Promise<number> {
           WORKER_CONCURRENCY: '6',
         },
         logDir,
+        `checkout-demo-${batch}-${name}`,
       );
       children.push(w);
+      workerNames.set(w.workerId, name);
       return w;
     };
     workers.push(...(await Promise.all(Array.from({ length: opts.workers }, startWorker))));
@@ -127,14 +133,19 @@ async function main(): Promise<number> {
       multibar = new MultiBar(
         {
           format:
-            ' {bar} {value}/{total} runs done | {accepted} orders accepted | {killed} workers killed | {duration_formatted}',
+            ' {bar} {value}/{total} runs done | {accepted} orders accepted | {killed} | {duration_formatted}',
           hideCursor: true,
           clearOnComplete: false,
           barsize: 30,
         },
         Presets.shades_classic,
       );
-      bar = multibar.create(opts.orders, 0, { accepted: 0, killed: 0 });
+      bar = multibar.create(opts.orders, 0, {
+        accepted: 0,
+        killed: '0 workers killed',
+      });
+      // A second line under the bar: what the last runs wait for, once every order is in.
+      status = multibar.create(1, 0, { waiting: '' }, { format: ' {waiting}' });
     }
 
     const chaos = startChaos({
@@ -151,7 +162,7 @@ async function main(): Promise<number> {
 
     // Faults: once the load is under way, pick the order just accepted; each provider does its
     // work for it (charges, accepts the e-mail, creates the SMS) and then drops the response.
-    const faults = { order: '', announced: 0 };
+    const faults = { order: '' };
     let stripeFault: { readonly hits: number } | undefined;
     const injectFaults = (orderId: string, runId: string) => {
       if (!opts.faults || faults.order) return;
@@ -179,6 +190,8 @@ async function main(): Promise<number> {
         `demo: order ${orderId}: Stripe, SendGrid and Twilio will each do the work, then lose the response`,
       );
     };
+    /** Providers whose dropped response has been announced. */
+    const announced = new Set<string>();
     /** Providers whose dropped response has happened. */
     const faultsHit = () =>
       !faults.order
@@ -208,6 +221,7 @@ async function main(): Promise<number> {
     // Until every accepted order's run has finished (or the deadline).
     const deadline = started + opts.timeoutMs;
     let done = 0;
+    let lastWaitLine = 0;
     for (;;) {
       const { rows } = await client.pool.query<{ done: number }>(
         `SELECT count(*)::int AS done FROM checkout.orders o
@@ -216,12 +230,25 @@ async function main(): Promise<number> {
         [`${prefix}-%`],
       );
       done = rows[0]?.done ?? 0;
-      bar?.update(done, { accepted, killed: chaos.killed.length });
-      const hit = faultsHit();
-      for (const provider of hit.slice(faults.announced)) {
+      // Once every order is in and only the last few runs are left, say what they wait for (a
+      // killed worker's lease, a provider's quiet period after a lost response, a backoff).
+      const waiting =
+        loadDone && done < accepted && accepted - done <= 3
+          ? await waitingFor(client, prefix, accepted - done, chaos.killed, workerNames).catch(
+              () => '',
+            )
+          : '';
+      bar?.update(done, { accepted, killed: `${plural(chaos.killed.length, 'worker')} killed` });
+      status?.update(0, { waiting: waiting.slice(0, (process.stdout.columns || 100) - 2) });
+      if (!bar && waiting && Date.now() - lastWaitLine > 3_000) {
+        lastWaitLine = Date.now();
+        say(`demo: ${done}/${accepted} runs done; ${waiting}`);
+      }
+      for (const provider of faultsHit()) {
+        if (announced.has(provider)) continue;
+        announced.add(provider);
         say(`demo: ${provider} dropped its response for order ${faults.order} after the effect`);
       }
-      faults.announced = hit.length;
       if (loadDone && done >= accepted) break;
       if (Date.now() > deadline || chaos.error) break;
       await new Promise((r) => setTimeout(r, 300));
@@ -230,6 +257,7 @@ async function main(): Promise<number> {
     const loadResult = await load;
     await stopPump();
     stopPump = undefined;
+    status?.update(0, { waiting: '' });
     multibar?.stop();
     multibar = undefined;
     const timedOut = !(loadDone && done >= accepted);
@@ -238,6 +266,9 @@ async function main(): Promise<number> {
       say(`demo: timed out after ${opts.timeoutMs / 1000} s with ${done} / ${accepted} runs done`);
     }
 
+    // The API and the workers are stopped while the verdict is counted (every run is done), so
+    // that the demo ends as soon as it is printed.
+    const stopped = Promise.all(children.map((c) => c.stop()));
     const v = await verdict({
       client,
       fakes,
@@ -246,6 +277,7 @@ async function main(): Promise<number> {
       prefix,
       killedWorkerIds: [...chaos.killed],
       missedKillIds: [...chaos.missed],
+      heldByKilled: [...chaos.held],
       killsWanted: opts.maxKills > 0,
       faultsInjected: faults.order ? 3 : 0,
       faultsHit: faultsHit().length,
@@ -253,6 +285,7 @@ async function main(): Promise<number> {
       stockAfter: await stock(),
       wallSeconds: (Date.now() - started) / 1000,
     });
+    await stopped;
     say('');
     say(render(v));
     const failed = v.checks.filter((c) => !c.ok);
@@ -277,6 +310,69 @@ async function main(): Promise<number> {
     await client.close();
     await db.stop();
   }
+}
+
+/** `1 worker`, `2 workers`. */
+function plural(n: number, noun: string): string {
+  return `${n} ${noun}${n === 1 ? '' : 's'}`;
+}
+
+/**
+ * What the unfinished runs of the batch wait for, in a few words about the first one: its step
+ * held by a killed worker until the lease expires, a retry after a backoff or a provider's quiet
+ * period, a worker to claim it.
+ */
+async function waitingFor(
+  client: Client,
+  prefix: string,
+  left: number,
+  killed: readonly string[],
+  names: ReadonlyMap<string, string>,
+): Promise<string> {
+  const { rows } = await client.pool.query<{
+    order_id: string;
+    node: string;
+    state: string;
+    owner: string | null;
+    in_ms: number | null;
+    snoozes: number;
+    error: string | null;
+  }>(
+    `SELECT o.order_id, s.node, s.state, s.lease_owner AS owner,
+            (extract(epoch FROM (CASE WHEN s.state = 'running' THEN s.lease_expires_at
+                                      ELSE s.scheduled_at END) - now()) * 1000)::int AS in_ms,
+            s.snoozes, s.errors -> -1 ->> 'message' AS error
+     FROM checkout.orders o
+     JOIN cyclone.cyclone_runs r ON r.id = o.run_id AND r.state = 'running'
+     JOIN cyclone.cyclone_steps s ON s.run_id = r.id
+       AND s.state IN ('running', 'retryable', 'scheduled', 'available')
+     WHERE o.order_id LIKE $1
+     ORDER BY o.order_id, s.node LIMIT 1`,
+    [`${prefix}-%`],
+  );
+  const s = rows[0];
+  if (!s) return '';
+  const secs = (ms: number | null) => `${Math.max(0, (ms ?? 0) / 1000).toFixed(1)} s`;
+  let what: string;
+  if (s.state === 'running' && s.owner && killed.includes(s.owner)) {
+    what = `held by killed ${names.get(s.owner) ?? 'worker'} until its lease expires (${secs(s.in_ms)})`;
+  } else if (s.state === 'running') {
+    what = `running on ${names.get(s.owner ?? '') ?? 'a worker'}`;
+  } else if (s.state === 'retryable' && (s.in_ms ?? 0) > 0) {
+    const why = /quiet period/.test(s.error ?? '')
+      ? "a provider's quiet period after a lost response"
+      : 'a backoff';
+    what = `retry in ${secs(s.in_ms)} (${why})`;
+  } else if (s.state === 'scheduled' && s.snoozes > 0) {
+    // The ledger snoozes a step whose earlier call may still be in flight at the provider.
+    what = `snoozed for ${secs(s.in_ms)} (a provider's quiet period after a lost response)`;
+  } else if (s.state === 'scheduled') {
+    what = `due in ${secs(s.in_ms)}`;
+  } else {
+    what = 'claimable, for the next free worker';
+  }
+  const more = left > 1 ? ` (+${left - 1} more run${left > 2 ? 's' : ''})` : '';
+  return `waiting for ${s.order_id} ${s.node}: ${what}${more}`;
 }
 
 /**

@@ -61,7 +61,7 @@ export class Child {
   }
 
   /** SIGTERM and wait (a graceful stop), SIGKILL after `ms`. */
-  async stop(ms = 8_000): Promise<void> {
+  async stop(ms = 5_000): Promise<void> {
     if (!this.alive) return;
     this.proc.kill('SIGTERM');
     const t = setTimeout(() => this.proc.kill('SIGKILL'), ms);
@@ -71,19 +71,40 @@ export class Child {
   }
 }
 
-/** A worker process, with the worker id it announced. */
+/** A worker process, with the worker id it announced and its connections' application_name. */
 export class WorkerChild extends Child {
   workerId = '';
+  appName = '';
 
+  /**
+   * Starts `script` with `DATABASE_URL` carrying `application_name=<appName>`, so that the
+   * server's sessions of this process can be told apart (`pg_stat_activity`).
+   */
   static async start(
     name: string,
     script: string,
     env: Record<string, string>,
     logDir: string,
+    appName: string,
   ): Promise<WorkerChild> {
-    const w = new WorkerChild(name, script, env, logDir, /^READY (\d+) (\S+)$/);
+    const url = withApplicationName(env.DATABASE_URL ?? '', appName);
+    const w = new WorkerChild(name, script, { ...env, DATABASE_URL: url }, logDir, READY);
+    w.appName = appName;
     const m = await w.ready;
     w.workerId = m[2] ?? '';
     return w;
+  }
+}
+
+const READY = /^READY (\d+) (\S+)$/;
+
+/** `url` with its `application_name` parameter set (unchanged if it is not a URL). */
+function withApplicationName(url: string, appName: string): string {
+  try {
+    const u = new URL(url);
+    u.searchParams.set('application_name', appName);
+    return u.toString();
+  } catch {
+    return url;
   }
 }

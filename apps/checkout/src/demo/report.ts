@@ -6,6 +6,7 @@ import type { Client } from '@cyclone/core';
 import Table from 'cli-table3';
 import type { Fakes } from '../fakes.js';
 import { NODES } from '../workflow.js';
+import type { HeldStep } from './chaos.js';
 import type { LoadResult } from './load.js';
 
 export interface Figures {
@@ -25,6 +26,9 @@ export interface Figures {
   /** Provider requests (each attempt that reached a fake, re-sends included). */
   providerRequests: { stripe: number; sendgrid: number; twilio: number };
   stepsWithRetries: number;
+  /** Steps the killed workers still held when their sessions ended. */
+  stepsHeldByKilledWorkers: number;
+  /** Of those, the ones the recovery sweep took back (a lease_expired entry for that attempt). */
   stepsRecoveredFromDeadWorkers: number;
   /** Workers SIGKILLed while they held steps. */
   workersKilled: number;
@@ -62,6 +66,8 @@ export interface VerdictInput {
   killedWorkerIds: string[];
   /** Workers killed when they held no step any more. */
   missedKillIds: string[];
+  /** What the killed workers still held when their sessions ended. */
+  heldByKilled: HeldStep[];
   killsWanted: boolean;
   faultsInjected: number;
   faultsHit: number;
@@ -105,17 +111,24 @@ export async function verdict(v: VerdictInput): Promise<Verdict> {
     'SELECT count(*) FILTER (WHERE attempt > 1)::int AS retried FROM cyclone.cyclone_steps WHERE run_id = ANY($1::uuid[])',
     [runIds],
   );
-  // A step recovered from a dead worker: the sweep recorded its lease expiry, naming the owner.
-  const expired = await v.client.pool.query<{ errors: { kind: string; message: string }[] }>(
-    `SELECT errors FROM cyclone.cyclone_steps
+  // A held step recovered from its dead worker: the sweep recorded the expiry of that very
+  // attempt's lease, naming the owner. Counted per held step, so exactly what the victims held.
+  const expired = await v.client.pool.query<{
+    run_id: string;
+    node: string;
+    errors: { kind: string; attempt: number; message: string }[];
+  }>(
+    `SELECT run_id, node, errors FROM cyclone.cyclone_steps
      WHERE run_id = ANY($1::uuid[]) AND errors @> '[{"kind": "lease_expired"}]'`,
-    [runIds],
+    [[...new Set(v.heldByKilled.map((h) => h.runId))]],
   );
-  const recovered = expired.rows.filter((r) =>
-    r.errors.some(
-      (e) => e.kind === 'lease_expired' && v.killedWorkerIds.some((id) => e.message.includes(id)),
+  const errorsOf = new Map(expired.rows.map((r) => [`${r.run_id}:${r.node}`, r.errors]));
+  const recovered = v.heldByKilled.filter((h) =>
+    (errorsOf.get(`${h.runId}:${h.node}`) ?? []).some(
+      (e) => e.kind === 'lease_expired' && e.attempt === h.attempt && e.message.includes(h.owner),
     ),
   ).length;
+  const heldTotal = v.heldByKilled.length;
   const events = await q<{ rows: number; pairs: number }>(
     `SELECT count(*)::int AS rows, count(DISTINCT (order_id, node))::int AS pairs
      FROM checkout.order_events WHERE order_id LIKE $1`,
@@ -181,6 +194,7 @@ export async function verdict(v: VerdictInput): Promise<Verdict> {
       twilio: twilio.createRequests.length,
     },
     stepsWithRetries: steps.retried,
+    stepsHeldByKilledWorkers: heldTotal,
     stepsRecoveredFromDeadWorkers: recovered,
     workersKilled: v.killedWorkerIds.length,
     killsMissed: v.missedKillIds.length,
@@ -250,10 +264,11 @@ export async function verdict(v: VerdictInput): Promise<Verdict> {
     },
   ];
   if (v.killsWanted) {
+    const k = figures.workersKilled;
     checks.push({
       name: 'killed workers’ steps recovered',
-      ok: figures.workersKilled > 0 && recovered > 0,
-      detail: `${figures.workersKilled} workers SIGKILLed, ${recovered} of their steps run again by others`,
+      ok: k > 0 && heldTotal > 0 && recovered === heldTotal,
+      detail: `${k} worker${k === 1 ? '' : 's'} SIGKILLed holding ${heldTotal} step${heldTotal === 1 ? '' : 's'}; ${recovered} of ${heldTotal} run again by others`,
     });
   }
   if (v.faultsInjected > 0) {
@@ -293,7 +308,10 @@ export function render(v: Verdict): string {
     ['steps with attempts > 1', f.stepsWithRetries],
     ['workers SIGKILLed', f.workersKilled],
     ['SIGKILLs just after the steps finished (not counted)', f.killsMissed],
-    ['steps recovered from dead workers', f.stepsRecoveredFromDeadWorkers],
+    [
+      'steps held by killed workers / recovered',
+      `${f.stepsHeldByKilledWorkers} / ${f.stepsRecoveredFromDeadWorkers}`,
+    ],
     ['provider responses dropped after the effect', f.responsesDropped],
     ['unknown outcomes resolved', [f.unknownOutcomesResolved, ...how].join('\n')],
     ['wall time', `${f.wallSeconds.toFixed(1)} s`],
