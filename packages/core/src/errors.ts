@@ -15,6 +15,7 @@ export type CycloneErrorCode =
   | 'INPUT_VALIDATION'
   | 'PAYLOAD'
   | 'SUBMIT_KEY_CONFLICT'
+  | 'TRANSACTION_CONFLICT'
   | 'RUN_NOT_FOUND'
   | 'NODE_NOT_FOUND'
   | 'INVALID_STATE'
@@ -175,6 +176,33 @@ export class SubmitKeyConflictError extends CycloneError {
     this.workflow = workflow;
     this.key = key;
     this.runId = runId;
+  }
+}
+
+/**
+ * A submit in the caller's transaction (`{ tx }`) lost a race with a concurrent transaction:
+ * under REPEATABLE READ or SERIALIZABLE, another transaction committed a run with the same submit
+ * key after this one took its snapshot, so the key's run can be neither inserted nor read here
+ * (PostgreSQL's serialization failure, SQLSTATE 40001; or a deadlock, 40P01). The transaction is
+ * aborted: roll it back and run it again from the start; the retry finds the other run
+ * (`created: false`).
+ */
+export class TransactionConflictError extends CycloneError {
+  readonly workflow: string;
+  /** The submit key, when the submit had one. */
+  readonly key: string | undefined;
+  /** PostgreSQL's SQLSTATE: `40001` (serialization failure) or `40P01` (deadlock). */
+  readonly sqlState: string;
+
+  constructor(workflow: string, key: string | undefined, sqlState: string, cause: unknown) {
+    super(
+      'TRANSACTION_CONFLICT',
+      `workflow '${workflow}': your transaction lost a race with ${key === undefined ? 'a concurrent one' : 'a concurrent one submitting the same key'} (${sqlState === '40P01' ? 'deadlock' : 'serialization failure'}, SQLSTATE ${sqlState}); roll it back and retry the transaction`,
+      { cause },
+    );
+    this.workflow = workflow;
+    this.key = key;
+    this.sqlState = sqlState;
   }
 }
 

@@ -56,6 +56,7 @@ export {
   SnoozeError,
   StepTimeoutError,
   SubmitKeyConflictError,
+  TransactionConflictError,
   type ValidationIssue,
   WaitTimeoutError,
   WorkflowDefinitionError,

@@ -5,13 +5,14 @@
  */
 import { v7 as uuidv7 } from 'uuid';
 import type { ZodType } from 'zod';
-import { type Db, withTransaction } from './db.js';
+import { type Db, isTransactionConflict, withTransaction } from './db.js';
 import { submitDebounced } from './debounce.js';
 import {
   InputValidationError,
   MAX_DELAY_MS,
   PayloadError,
   SubmitKeyConflictError,
+  TransactionConflictError,
   zodIssues,
 } from './errors.js';
 import { encodePayload, hashJson, isStorableText } from './json.js';
@@ -364,9 +365,36 @@ function chunksOf(texts: readonly string[]): Chunk[] {
 /**
  * Inserts one run, or with `key` finds the run already holding it: the insert's `ON CONFLICT`
  * returns no row, then the key's run is read and its input hash compared.
- * @throws SubmitKeyConflictError when the key's run has a different input.
+ * @throws SubmitKeyConflictError when the key's run has a different input;
+ *   TransactionConflictError when the caller's transaction lost a race with another submitter
+ *   (40001 under REPEATABLE READ/SERIALIZABLE, or 40P01).
  */
 async function insert<RI>(
+  scope: SubmitScope,
+  workflow: SubmittableWorkflow<RI>,
+  input: RI,
+  key: string | null,
+  tx: Tx | undefined,
+  start: RunStart,
+): Promise<SubmitOnceResult> {
+  try {
+    return await insertOrFind(scope, workflow, input, key, tx, start);
+  } catch (err) {
+    // Only the caller can retry its own transaction: tell it so, with a code to branch on.
+    if (tx !== undefined && isTransactionConflict(err)) {
+      throw new TransactionConflictError(
+        workflow.name,
+        key ?? undefined,
+        (err as { code: string }).code,
+        err,
+      );
+    }
+    throw err;
+  }
+}
+
+/** `insert` without the translation of a lost race. */
+async function insertOrFind<RI>(
   scope: SubmitScope,
   workflow: SubmittableWorkflow<RI>,
   input: RI,
