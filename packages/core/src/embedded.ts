@@ -83,24 +83,26 @@ export async function startEmbeddedPostgres(
   const onLog = (m: unknown) => {
     appendFile(logFile, typeof m === 'string' ? m : `${String(m)}\n`).catch(() => {});
   };
-  const port =
+  let port =
     options.port ??
     ((await portIsFree(DEFAULT_EMBEDDED_PORT)) ? DEFAULT_EMBEDDED_PORT : await freePort());
   const isRoot = typeof process.getuid === 'function' && process.getuid() === 0;
-  const server = new EmbeddedPostgresClass({
-    databaseDir: dataDir,
-    port,
-    user: USER,
-    password: PASSWORD,
-    authMethod: 'scram-sha-256',
-    persistent: true,
-    // PostgreSQL refuses to run as root: as root, run it as a `postgres` system user (created
-    // when missing). Never as anyone else, where creating a user would fail.
-    createPostgresUser: isRoot,
-    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories='],
-    onLog,
-    onError: onLog,
-  });
+  const serverOn = (p: number) =>
+    new EmbeddedPostgresClass({
+      databaseDir: dataDir,
+      port: p,
+      user: USER,
+      password: PASSWORD,
+      authMethod: 'scram-sha-256',
+      persistent: true,
+      // PostgreSQL refuses to run as root: as root, run it as a `postgres` system user (created
+      // when missing). Never as anyone else, where creating a user would fail.
+      createPostgresUser: isRoot,
+      postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories='],
+      onLog,
+      onError: onLog,
+    });
+  let server = serverOn(port);
 
   if (!existsSync(resolve(dataDir, 'PG_VERSION'))) {
     log(`cyclone: creating an embedded PostgreSQL cluster at ${shown} (first use)`);
@@ -117,19 +119,30 @@ export async function startEmbeddedPostgres(
     }
   }
 
-  try {
-    await server.start();
-  } catch (err) {
-    // Lost a race with another process starting the same data directory: use that server.
-    const other = await findRunning(dataDir, { waitMs: 5000, waitForLockFile: true });
-    if (other) {
-      log(reusedLine(shown, other));
-      return reused(dataDir, other);
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await server.start();
+      break;
+    } catch (err) {
+      // Taken since it was found free: by another server (of another directory), unless it is a
+      // server of this data directory, which writes its lock file before it binds.
+      const taken = options.port === undefined && !(await portIsFree(port));
+      // Lost a race with another process starting the same data directory: use that server.
+      const other = await findRunning(dataDir, { waitMs: 5000, waitForLockFile: !taken });
+      if (other) {
+        log(reusedLine(shown, other));
+        return reused(dataDir, other);
+      }
+      if (taken && attempt < 3) {
+        port = await freePort();
+        server = serverOn(port);
+        continue;
+      }
+      throw new EmbeddedPostgresError(
+        `embedded PostgreSQL failed to start on port ${port} (log: ${relative(process.cwd(), logFile)})`,
+        { cause: err },
+      );
     }
-    throw new EmbeddedPostgresError(
-      `embedded PostgreSQL failed to start on port ${port} (log: ${relative(process.cwd(), logFile)})`,
-      { cause: err },
-    );
   }
   log(`cyclone: no DATABASE_URL; using embedded PostgreSQL at ${shown} on port ${port}`);
   let stopped = false;
