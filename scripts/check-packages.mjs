@@ -11,13 +11,14 @@
 import { execFile } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { join, relative, resolve, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 
 const run = promisify(execFile);
 const root = resolve(fileURLToPath(import.meta.url), '../..');
 const bin = (name) => join(root, 'node_modules/.bin', name);
+const rootManifest = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
 
 /** The published packages: every package.json under packages/ without `"private": true`. */
 export function publishedPackages() {
@@ -80,6 +81,19 @@ async function checkTarball(tgz, source) {
   if (!pkg.engines?.node) problems.push('no engines.node');
   if (!pkg.license) problems.push('no license');
   if (!pkg.description) problems.push('no description');
+  // Where npm's "Repository", "Homepage" and "Issues" links go: the root manifest's repository,
+  // this package's folder in it.
+  const repo = rootManifest.repository?.url;
+  const base = String(repo ?? '')
+    .replace(/^git\+/, '')
+    .replace(/\.git$/, '');
+  const dir = relative(root, source).split(sep).join('/');
+  if (pkg.repository?.url !== repo || pkg.repository?.directory !== dir)
+    problems.push(`repository is not { url: "${repo}", directory: "${dir}" }`);
+  if (pkg.homepage !== `${base}/tree/main/${dir}#readme`)
+    problems.push(`homepage is not ${base}/tree/main/${dir}#readme`);
+  if ((pkg.bugs?.url ?? pkg.bugs) !== rootManifest.bugs)
+    problems.push(`bugs is not ${rootManifest.bugs}`);
   if (pkg.publishConfig?.access !== 'public') problems.push('publishConfig.access is not public');
   if (!files.has('README.md')) problems.push('no README.md in the tarball (npm shows it)');
   for (const f of files) {

@@ -20,7 +20,7 @@ import { ADMIN_URL, urlFor } from '@cyclone/testkit';
 import { migrateTwilio } from '@cyclone/twilio';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
-import { brokenLinks } from '../src/links.js';
+import { brokenLinks, npmBrokenLinks } from '../src/links.js';
 import { extractBlocks, extractSamples, type Sample } from '../src/samples.js';
 
 const run = promisify(execFile);
@@ -105,6 +105,17 @@ describe('documentation', () => {
       brokenLinks(readFileSync(join(root, f), 'utf8'), join(root, f)),
     );
     expect(broken.map((b) => `${relative(root, b.file)}:${b.line} → ${b.target}`)).toEqual([]);
+  });
+
+  it('the package READMEs link as npm shows them: absolute URLs, into files that exist', () => {
+    const manifest = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
+    const repo = String(manifest.repository.url)
+      .replace(/^git\+/, '')
+      .replace(/\.git$/, '');
+    const broken = files
+      .filter((f) => f.startsWith('packages/'))
+      .flatMap((f) => npmBrokenLinks(readFileSync(join(root, f), 'utf8'), f, repo, root));
+    expect(broken.map((b) => `${b.file}:${b.line} → ${b.target}`)).toEqual([]);
   });
 
   it('every TypeScript sample compiles (strict, against the packages’ source)', async () => {
