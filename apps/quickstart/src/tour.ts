@@ -4,7 +4,14 @@
  * README's "A tour of the API" (the typecheck compiles this file).
  */
 import { resolve } from 'node:path';
-import { Client, NonRetryableError, newAction, newWorkflow, Worker } from '@cyclone/core';
+import {
+  Client,
+  NonRetryableError,
+  newAction,
+  newSchedule,
+  newWorkflow,
+  Worker,
+} from '@cyclone/core';
 import { resolveDatabaseUrl } from '@cyclone/core/embedded';
 import { z } from 'zod';
 
@@ -47,6 +54,21 @@ const Checkout = newWorkflow('checkout', {
   },
 });
 
+// A cron schedule: declared in code, carried by the workers; each fire time makes one run.
+const BuildReport = newAction('build-report', async (_ctx, input: { day: string }) => ({
+  day: input.day,
+}));
+const Report = newWorkflow('report', {
+  input: z.object({ day: z.string() }),
+  nodes: { build: { action: BuildReport } },
+});
+const Nightly = newSchedule('nightly-report', {
+  cron: '0 3 * * *', // 03:00 every day, on the wall clock of `timezone`
+  timezone: 'Europe/Paris',
+  workflow: Report,
+  input: (fireAt) => ({ day: fireAt.toISOString().slice(0, 10) }),
+});
+
 // .cyclone/ where the command was typed (pnpm runs scripts in the package's folder; INIT_CWD).
 const { connectionString, stop } = await resolveDatabaseUrl({
   dir: resolve(process.env.INIT_CWD ?? process.cwd(), '.cyclone'),
@@ -57,7 +79,13 @@ await client.pool.query(
   'CREATE TABLE IF NOT EXISTS tour_payments (run_id uuid, node text, amount int, PRIMARY KEY (run_id, node))',
 );
 
-const worker = new Worker({ client, workflows: [Checkout], concurrency: 10, leaseMs: 30_000 });
+const worker = new Worker({
+  client,
+  workflows: [Checkout, Report],
+  schedules: [Nightly],
+  concurrency: 10,
+  leaseMs: 30_000,
+});
 await worker.start();
 
 const order = { orderId: `o-${Date.now()}`, amount: 1999, email: 'a@example.com' };
@@ -76,6 +104,17 @@ pg.release();
 
 const run = await client.waitForRun(runId); // or client.getRun(runId): state, steps, errors
 console.log(run.state, run.steps.map((s) => `${s.node}:${s.state}`).join(' '));
+
+// Later: a delayed run's roots wait `scheduled` until PostgreSQL's clock reaches its time
+// (`runAt: Date`, or `delayMs` after the submit); every submit form takes both.
+const later = { ...order, orderId: `${order.orderId}-later` };
+const delayed = await client.submit(Checkout, later, { delayMs: 1_000 });
+console.log('delayed:', (await client.getRun(delayed.runId)).steps[0]?.state); // scheduled
+await client.triggerSchedule('nightly-report'); // one run of the schedule now, outside its cron
+const { createdAt, steps } = await client.waitForRun(delayed.runId);
+console.log('submitted', createdAt, 'started', steps[0]?.startedAt); // a second apart
+const nightly = (await client.listSchedules()).find((s) => s.name === 'nightly-report');
+console.log('nightly-report: next fire', nightly?.nextFireAt, 'last run', nightly?.lastRunId);
 
 // A charge over the limit is discarded; downstream nodes wait; the run fails.
 const big = await client.submit(Checkout, { ...order, amount: 20_000 });
