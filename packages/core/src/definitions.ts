@@ -6,9 +6,9 @@ import type { ZodType } from 'zod';
 import type { Client } from './client.js';
 import type { Context } from './context.js';
 import { MAX_TIMER_MS } from './db.js';
-import { MAX_DELAY_MS, WorkflowDefinitionError } from './errors.js';
+import { MAX_DELAY_MS, SnoozeError, WorkflowDefinitionError } from './errors.js';
 import { isSignalName, MAX_SIGNAL_NAME_LENGTH } from './signal-name.js';
-import { selectWaitOutcome } from './sql/signals.js';
+import { resolveWait } from './sql/signals.js';
 import type {
   DebouncedSubmitResult,
   DebounceOptions,
@@ -223,19 +223,23 @@ function checkWaitNode<RI>(workflow: string, n: string, s: LooseNodeSpec<RI>): v
 }
 
 /**
- * The action of every wait node: it reads what the node resolves to when a worker claims it (due
- * at its signal or its deadline): the signal's payload when it came by the deadline, else
- * `{ timedOut: true }`. Not a user action: its name cannot be one (`$` is not allowed).
+ * The action of every wait node, run when the node is reached (after its condition, if any),
+ * at its signal and at its deadline: the signal's payload when it came by the deadline; else,
+ * before the deadline, the node parks (a snooze that is not counted) until the deadline or the
+ * signal; else `{ timedOut: true }`. Not a user action: its name cannot be one (`$` is not
+ * allowed).
  */
 const WaitAction: Action<unknown, Json> = Object.freeze({
   kind: 'action' as const,
   name: '$wait',
   handler: async (ctx: Context) => {
-    const r = await selectWaitOutcome(ctx.client.db.pool, ctx.client.db, {
-      runId: ctx.runId,
-      node: ctx.node,
-    });
-    return r.delivered ? r.payload : { timedOut: true };
+    // On the step's completion transaction: the lock taken here holds until the outcome commits.
+    const tx = await ctx.completionTx();
+    const r = await resolveWait(tx, ctx.client.db, { runId: ctx.runId, node: ctx.node });
+    if (r.delivered) return r.payload;
+    if (r.due_in_ms === null) throw new SnoozeError(MAX_DELAY_MS);
+    if (r.due_in_ms > 0) throw new SnoozeError(Math.min(MAX_DELAY_MS, Math.ceil(r.due_in_ms)));
+    return { timedOut: true };
   },
   inputSchema: undefined,
   timeoutMs: undefined,

@@ -2,7 +2,7 @@
  * `Client.signal`: a durable signal for a run, stored whatever the run's progress (the first one
  * of a name per run stands), which a wait node of that name completes with.
  */
-import type { Db } from './db.js';
+import { type Db, withTransaction } from './db.js';
 import { InvalidSignalError, InvalidStateError, PayloadError, RunNotFoundError } from './errors.js';
 import { isUuid } from './inspect.js';
 import { encodePayload } from './json.js';
@@ -63,12 +63,10 @@ export async function signal(
     throw err;
   }
   const { tx } = options;
-  const r = await insertSignal(
-    tx ?? scope.db.pool,
-    scope.db,
-    { runId, name, payload: text },
-    tx !== undefined,
-  );
+  const values = { runId, name, payload: text };
+  const r = tx
+    ? await insertSignal(tx, scope.db, values)
+    : await withTransaction(scope.db.pool, (c) => insertSignal(c, scope.db, values));
   if (r.run_state === null) throw new RunNotFoundError(runId);
   if (r.run_state !== 'running') {
     throw new InvalidStateError(

@@ -98,7 +98,20 @@ const Cancellable = newWorkflow('ev_cancel', {
     last: { action: Echo, after: ['wait', 'slow'] },
   },
 });
-const ALL = [Approval, Short, Early, Throws, Race, Cancellable];
+type Order = { amount: number };
+const Threshold = newWorkflow<Order>('ev_threshold', {
+  nodes: {
+    charge: { action: Echo },
+    approval: {
+      waitFor: 'approved',
+      after: ['charge'],
+      timeoutMs: 60_000,
+      when: (run) => (run as Order).amount > 1_000,
+    },
+    ship: { action: Echo, after: ['approval'] },
+  },
+});
+const ALL = [Approval, Short, Early, Throws, Race, Cancellable, Threshold];
 
 beforeAll(async () => {
   db = await createTestDb();
@@ -154,7 +167,10 @@ describe('signals and wait nodes', () => {
     expect(run.state).toBe('completed');
     const approval = stateOf(run, 'approval');
     expect(approval?.output).toEqual({ timedOut: true });
-    expect(approval?.attempt).toBe(1);
+    // Claimed when reached (it parks) and at its deadline (it resolves): no error, no snooze.
+    expect(approval?.attempt).toBe(2);
+    expect(approval?.errors).toEqual([]);
+    expect(approval?.snoozes).toBe(0);
     expect(stateOf(run, 'refund')?.state).toBe('completed');
     expect(stateOf(run, 'ship')?.state).toBe('skipped');
     await expect(client.signal(runId, 'approved', {})).rejects.toThrow(InvalidStateError);
@@ -246,7 +262,9 @@ describe('cancellation', () => {
     });
     const { runId } = await client.submit(Cancellable, {});
     await started;
-    expect(stateOf(await client.getRun(runId), 'wait')?.state).toBe('scheduled');
+    await expect
+      .poll(async () => stateOf(await client.getRun(runId), 'wait')?.state, { timeout: 5_000 })
+      .toBe('scheduled');
     await client.cancel(runId);
     // The handler learns at its next heartbeat (a third of the 5 s lease).
     await expect.poll(() => slowAborted, { timeout: 10_000 }).toBe(true);
@@ -272,6 +290,26 @@ describe('cancellation', () => {
 });
 
 describe('conditional nodes', () => {
+  it('a wait node whose condition is false is skipped when reached, not at its timeout', async () => {
+    const small = await client.submit(Threshold, { amount: 50 });
+    const run = await client.waitForRun(small.runId, { timeoutMs: 10_000, pollMs: 50 });
+    expect(run.state).toBe('completed');
+    expect(stateOf(run, 'approval')?.state).toBe('skipped');
+    expect(stateOf(run, 'ship')?.state).toBe('completed');
+    // A large order waits for its approval, then ships.
+    const large = await client.submit(Threshold, { amount: 5_000 });
+    await expect
+      .poll(async () => stateOf(await client.getRun(large.runId), 'approval')?.state, {
+        timeout: 5_000,
+      })
+      .toBe('scheduled');
+    await client.signal(large.runId, 'approved', { by: 'ops' });
+    const approved = await client.waitForRun(large.runId, { timeoutMs: 10_000, pollMs: 50 });
+    expect(stateOf(approved, 'approval')?.output).toEqual({ by: 'ops' });
+    expect(stateOf(approved, 'approval')?.snoozes).toBe(0);
+    expect(stateOf(approved, 'ship')?.state).toBe('completed');
+  });
+
   it('a condition that throws discards the node with an error saying so', async () => {
     const { runId } = await client.submit(Throws, {});
     const run = await client.waitForRun(runId, { timeoutMs: 10_000, pollMs: 50 });
@@ -320,7 +358,8 @@ describe('the race between a signal, the node becoming ready and the timeout', (
       await new Promise((r) => setTimeout(r, 100));
     }
     const { rows } = await client.pool.query(
-      `SELECT st.run_id, st.output, st.attempt, st.wait_deadline, s.created_at AS sent_at
+      `SELECT st.run_id, st.output, st.attempt, s.created_at AS sent_at,
+              s.created_at > st.wait_deadline AS sent_after_deadline
        FROM cyclone.cyclone_steps st
        LEFT JOIN cyclone.cyclone_signals s ON s.run_id = st.run_id AND s.name = 'go'
        WHERE st.run_id = ANY($1::uuid[]) AND st.node = 'go'`,
@@ -333,11 +372,12 @@ describe('the race between a signal, the node becoming ready and the timeout', (
       if (r.output?.timedOut === true) {
         timedOut++;
         // Timed out: no signal, or one sent after the deadline.
-        if (r.sent_at) expect(r.sent_at.getTime()).toBeGreaterThan(r.wait_deadline.getTime());
+        // (Compared in SQL: the timestamps have microseconds, a Date only milliseconds.)
+        if (r.sent_at) expect(r.sent_after_deadline).toBe(true);
       } else {
         delivered++;
         expect(r.output).toEqual({ runId: r.run_id });
-        expect(r.sent_at.getTime()).toBeLessThanOrEqual(r.wait_deadline.getTime());
+        expect(r.sent_after_deadline).toBe(false);
       }
     }
     expect(delivered + timedOut).toBe(N);

@@ -66,18 +66,15 @@ WITH input AS (
 ), released AS (
   UPDATE ${s}.cyclone_steps t
   SET deps_remaining = t.deps_remaining - e.n,
-      -- A node with a timer waits 'scheduled' for delay_ms after its last upstream completed; a
-      -- wait node until its signal (due now if it came already) or its deadline (none: never).
+      -- A node with a timer waits 'scheduled' for delay_ms after its last upstream completed. A
+      -- wait node is due at once: its step evaluates its condition, then waits (parked, see
+      -- snoozeStepSql) until its signal or its deadline, which starts now.
       state = CASE WHEN t.deps_remaining = e.n AND t.state = 'pending'
-                   THEN CASE WHEN t.delay_ms > 0 OR t.wait_for IS NOT NULL THEN 'scheduled'
-                             ELSE 'available' END
+                   THEN CASE WHEN t.delay_ms > 0 THEN 'scheduled' ELSE 'available' END
                    ELSE t.state END,
-      scheduled_at = CASE
-        WHEN t.deps_remaining <> e.n THEN t.scheduled_at
-        WHEN t.wait_for IS NULL THEN now() + make_interval(secs => t.delay_ms::double precision / 1000)
-        WHEN t.signalled THEN now()
-        ELSE coalesce(now() + make_interval(secs => t.wait_timeout_ms::double precision / 1000),
-                      'infinity') END,
+      scheduled_at = CASE WHEN t.deps_remaining = e.n
+                          THEN now() + make_interval(secs => t.delay_ms::double precision / 1000)
+                          ELSE t.scheduled_at END,
       wait_deadline = CASE WHEN t.deps_remaining = e.n AND t.wait_for IS NOT NULL
         THEN now() + make_interval(secs => t.wait_timeout_ms::double precision / 1000)
         ELSE t.wait_deadline END,
@@ -307,15 +304,19 @@ export async function failStep(
 /**
  * Snoozes a step, fenced like the completion: `scheduled` at now() + $4 ms, one more snooze, and
  * the attempt given back (`max_attempts` + 1: the claim counted one, the snooze must not use it),
- * with no error entry. The run's counters do not move (`running` and `scheduled` both count as
+ * with no error entry. A wait node parks this way until its deadline without counting a snooze,
+ * and is due at once when its signal came meanwhile (`signalled`, set by the signal under this
+ * row's lock, so the two never miss each other). The run's counters do not move (`running` and `scheduled` both count as
  * active). Workers are told (NOTIFY), so an idle one re-reads when its next step is due.
  * $1 run_id, $2 node, $3 attempt, $4 delay ms, $5 channel. Returns the step's snooze count, or
  * no row when the fence did not match.
  */
 export const snoozeStepSql = (s: string) => `
 UPDATE ${s}.cyclone_steps
-SET state = 'scheduled', snoozes = snoozes + 1, max_attempts = max_attempts + 1,
-    scheduled_at = now() + make_interval(secs => $4::double precision / 1000),
+SET state = 'scheduled', max_attempts = max_attempts + 1,
+    snoozes = snoozes + CASE WHEN wait_for IS NULL THEN 1 ELSE 0 END,
+    scheduled_at = CASE WHEN wait_for IS NOT NULL AND signalled THEN now()
+                        ELSE now() + make_interval(secs => $4::double precision / 1000) END,
     lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
 WHERE run_id = $1 AND node = $2 AND attempt = $3 AND state = 'running'
 RETURNING snoozes, pg_notify($5, workflow) IS NULL AS notified`;

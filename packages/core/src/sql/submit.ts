@@ -11,9 +11,9 @@ import { defineStatement, type Queryable, type SqlScope, send } from './statemen
  * count, $8 nodes[], $9 actions[], $10 max_attempts[], $11 deps[], $12 downstream jsonb[],
  * $13 ancestors jsonb[], $14 channel, $15 run_at timestamptz or NULL, $16 delay ms (from now()
  * when $15 is NULL), $17 node delays ms bigint[]. A root node waits `scheduled` until the run's
- * start plus its own delay when that is in the future, by the database's clock, and a root wait
- * node until its signal or its deadline ($18 signal names text[], $19 timeouts ms bigint[], NULL
- * for action nodes and no timeout); the other nodes
+ * start plus its own delay when that is in the future, by the database's clock (a root wait
+ * node too: reached then, its deadline counts from then; $18 signal names text[], $19 timeouts
+ * ms bigint[], NULL for action nodes and no timeout); the other nodes
  * keep their delay for the moment they are released.
  */
 export const insertRunSql = (s: string) => `
@@ -28,18 +28,13 @@ WITH run AS (
     (run_id, node, workflow, action, state, max_attempts, deps_remaining, downstream, ancestors,
      delay_ms, scheduled_at, wait_for, wait_timeout_ms, wait_deadline)
   SELECT run.id, n.node, $2, n.action,
-         CASE WHEN n.deps > 0 THEN 'pending'
-              WHEN t.at > now() OR n.wait_for IS NOT NULL THEN 'scheduled'
+         CASE WHEN n.deps > 0 THEN 'pending' WHEN t.at > now() THEN 'scheduled'
               ELSE 'available' END,
          n.max_attempts, n.deps,
          ARRAY(SELECT jsonb_array_elements_text(n.downstream)),
          ARRAY(SELECT jsonb_array_elements_text(n.ancestors)),
          n.delay_ms,
-         CASE WHEN n.deps > 0 THEN now()
-              WHEN n.wait_for IS NULL THEN greatest(t.at, now())
-              ELSE coalesce(greatest(t.at, now())
-                     + make_interval(secs => n.wait_timeout_ms::double precision / 1000),
-                   'infinity') END,
+         CASE WHEN n.deps = 0 THEN greatest(t.at, now()) ELSE now() END,
          n.wait_for, n.wait_timeout_ms,
          CASE WHEN n.deps = 0 AND n.wait_for IS NOT NULL THEN greatest(t.at, now())
                 + make_interval(secs => n.wait_timeout_ms::double precision / 1000) END
@@ -92,16 +87,11 @@ WITH n AS MATERIALIZED (
     (run_id, node, workflow, action, state, max_attempts, deps_remaining, downstream, ancestors,
      delay_ms, scheduled_at, wait_for, wait_timeout_ms, wait_deadline)
   SELECT run.id, n.node, $4::text, n.action,
-         CASE WHEN n.deps > 0 THEN 'pending'
-              WHEN n.at > now() OR n.wait_for IS NOT NULL THEN 'scheduled'
+         CASE WHEN n.deps > 0 THEN 'pending' WHEN n.at > now() THEN 'scheduled'
               ELSE 'available' END,
          n.max_attempts, n.deps, n.downstream, n.ancestors,
          n.delay_ms,
-         CASE WHEN n.deps > 0 THEN now()
-              WHEN n.wait_for IS NULL THEN greatest(n.at, now())
-              ELSE coalesce(greatest(n.at, now())
-                     + make_interval(secs => n.wait_timeout_ms::double precision / 1000),
-                   'infinity') END,
+         CASE WHEN n.deps = 0 THEN greatest(n.at, now()) ELSE now() END,
          n.wait_for, n.wait_timeout_ms,
          CASE WHEN n.deps = 0 AND n.wait_for IS NOT NULL THEN greatest(n.at, now())
                 + make_interval(secs => n.wait_timeout_ms::double precision / 1000) END
