@@ -94,6 +94,7 @@ if (spec.mode === 'drain') {
   const cpu = process.cpuUsage(cpu0);
   const result: DrainResult = {
     ms: t0 === undefined ? Number.NaN : msBetween(t0, end),
+    endNs: String(end),
     jobs,
     capped,
     cpuMs: (cpu.user + cpu.system) / 1000,

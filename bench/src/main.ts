@@ -14,6 +14,13 @@ import { parseArgs } from 'node:util';
 import { Admin } from './admin.js';
 import { baselineRssMiB } from './build-child.js';
 import { prepareChildren } from './child-process.js';
+import {
+  dueBurst,
+  dueLeadMs,
+  futureBacklogDb,
+  signalThroughput,
+  timerLateness,
+} from './cyclone-scenarios.js';
 import { FULL, type Mode, QUICK, rows } from './plan.js';
 import { renderReport } from './report.js';
 import { type Column, Results } from './results.js';
@@ -92,6 +99,8 @@ const ctx: BenchContext = {
   log,
 };
 const history: Partial<Record<SystemName, { what: string; seconds: number }>> = {};
+/** Row 11's backlog, for the report. */
+let backlog: { what: string; seconds: number } | undefined;
 
 try {
   log(
@@ -213,6 +222,7 @@ try {
     const e = results.get('2t', name)?.values ?? [];
     if (h.length && e.length) results.add('7r', name, median(h) / median(e), 'ratio of medians');
   }
+  await cycloneOnlyRows(guard);
 } finally {
   await admin.dropAll().catch(() => {});
 }
@@ -236,6 +246,7 @@ const report = renderReport({
     baselineRssMiB: baselineRss,
   },
   history,
+  backlog,
 });
 await admin.close();
 
@@ -245,6 +256,124 @@ mkdirSync(dir, { recursive: true });
 const file = resolve(dir, `${startedAt.toISOString().slice(0, 10)}-${mode.name}.md`);
 writeFileSync(file, report);
 log(`written to ${file}`);
+
+/**
+ * Rows 9–12 (cyclone-scenarios.ts): Cyclone only. Rows 9 and 11 are ratios to row 2's tuned
+ * no-op scenario run again at the row's N, in a fresh empty database, alternating with the row's
+ * own runs (9n, 11e): the same build, and the same load of this shared machine.
+ */
+async function cycloneOnlyRows(
+  guard: (row: string, col: Column, fn: () => Promise<void>) => Promise<void>,
+): Promise<void> {
+  const wanted = [9, 10, 11, 12].filter(want);
+  if (wanted.length === 0) return;
+  const peerText: Record<string, Record<Exclude<SystemName, 'cyclone'>, string>> = {
+    time: {
+      'graphile-worker': 'not measured: Cyclone-only row (graphile-worker has runAt)',
+      'pg-boss': 'not measured: Cyclone-only row (pg-boss has startAfter)',
+    },
+    signals: {
+      'graphile-worker': 'n/a: no signals or wait nodes',
+      'pg-boss': 'n/a: no signals or wait nodes',
+    },
+  };
+  const rowsOf: Record<number, { ids: string[]; kind: 'time' | 'signals' }> = {
+    9: { ids: ['9'], kind: 'time' },
+    10: { ids: ['10p50', '10p99'], kind: 'time' },
+    11: { ids: ['11'], kind: 'time' },
+    12: { ids: ['12'], kind: 'signals' },
+  };
+  for (const k of wanted) {
+    const { ids, kind } = rowsOf[k] as { ids: string[]; kind: 'time' | 'signals' };
+    for (const id of ids) {
+      for (const [peer, text] of Object.entries(peerText[kind] ?? {})) {
+        results.text(id, peer as SystemName, text);
+      }
+    }
+  }
+  if (!has('cyclone')) {
+    log(`rows ${wanted.join(', ')} are Cyclone only: skipped (--systems has no cyclone)`);
+    return;
+  }
+  const n = (x: number) => x.toLocaleString('en-US');
+  if (want(9)) {
+    section(`9. ${n(mode.dueN)} steps due at one instant, and the same N available at once`);
+    // At least 1,000 steps/s before the cap.
+    const capMs = Math.max(mode.drainCapMs, mode.dueN);
+    for (let rep = 0; rep < mode.reps; rep++) {
+      const burst = () => guard('9', 'cyclone', () => dueBurst(ctx, '9', mode.dueN, capMs));
+      const reference = () =>
+        guard('9n', 'cyclone', () =>
+          drain(ctx, '9n', 'cyclone', 'tuned', 'noop', mode.dueN, {
+            capMs,
+            settleMs: dueLeadMs(mode.dueN),
+          }),
+        );
+      if (rep % 2 === 0) {
+        await reference();
+        await burst();
+      } else {
+        await burst();
+        await reference();
+      }
+    }
+    const b = results.get('9', 'cyclone')?.values ?? [];
+    const ref = results.get('9n', 'cyclone')?.values ?? [];
+    if (b.length && ref.length) {
+      results.add('9r', 'cyclone', median(b) / median(ref), 'ratio of medians');
+    }
+  }
+  if (want(10)) {
+    section(`10. lateness of ${n(mode.timerN)} timers over ${mode.timerSpreadMs / 1000} s`);
+    for (let rep = 0; rep < mode.latencyReps; rep++) {
+      await guard('10p50', 'cyclone', () =>
+        timerLateness(ctx, { p50: '10p50', p99: '10p99' }, mode.timerN, mode.timerSpreadMs),
+      );
+    }
+  }
+  if (want(11)) {
+    section(`11. ${n(mode.backlogN)} future-dated steps in the table`);
+    let db: string | undefined;
+    await guard('11', 'cyclone', async () => {
+      const b = await futureBacklogDb(ctx, mode.backlogN);
+      db = b.db;
+      backlog = { what: b.what, seconds: b.seconds };
+      log(`  cyclone: ${b.what} (${b.seconds.toFixed(1)} s)`);
+    });
+    if (db) {
+      const at = db;
+      for (let rep = 0; rep < mode.reps; rep++) {
+        const full = () =>
+          guard('11', 'cyclone', () =>
+            drain(ctx, '11', 'cyclone', 'tuned', 'noop', mode.backlogDrainN, { db: at }),
+          );
+        const empty = () =>
+          guard('11e', 'cyclone', () =>
+            drain(ctx, '11e', 'cyclone', 'tuned', 'noop', mode.backlogDrainN),
+          );
+        if (rep % 2 === 0) {
+          await empty();
+          await full();
+        } else {
+          await full();
+          await empty();
+        }
+      }
+      await admin.dropDb(at);
+    }
+    const f = results.get('11', 'cyclone')?.values ?? [];
+    const e = results.get('11e', 'cyclone')?.values ?? [];
+    if (f.length && e.length) {
+      results.add('11r', 'cyclone', median(f) / median(e), 'ratio of medians');
+    }
+  }
+  if (want(12)) {
+    section(`12. ${n(mode.signalRuns)} runs waiting for a signal`);
+    for (let rep = 0; rep < mode.reps; rep++) {
+      await guard('12', 'cyclone', () => signalThroughput(ctx, '12', mode.signalRuns));
+    }
+  }
+}
 
 /** The documented bound of a peer's default recovery, short. */
 function boundOf(name: SystemName): string {

@@ -20,6 +20,16 @@ export interface Mode {
   historyN: number;
   /** A drain that is not done after this long reports the rate so far. */
   drainCapMs: number;
+  /** Row 9: steps due at one instant. */
+  dueN: number;
+  /** Row 10: timers, spread evenly at random over `timerSpreadMs`. */
+  timerN: number;
+  timerSpreadMs: number;
+  /** Row 11: future-dated steps in the table, and the no-op runs processed among them. */
+  backlogN: number;
+  backlogDrainN: number;
+  /** Row 12: runs waiting for a signal. */
+  signalRuns: number;
 }
 
 export const QUICK: Mode = {
@@ -36,6 +46,12 @@ export const QUICK: Mode = {
   latencyTuned: false,
   historyN: 100_000,
   drainCapMs: 4_000,
+  dueN: 10_000,
+  timerN: 300,
+  timerSpreadMs: 5_000,
+  backlogN: 100_000,
+  backlogDrainN: 5_000,
+  signalRuns: 2_000,
 };
 
 export const FULL: Mode = {
@@ -52,6 +68,12 @@ export const FULL: Mode = {
   latencyTuned: true,
   historyN: 1_000_000,
   drainCapMs: 20_000,
+  dueN: 100_000,
+  timerN: 1_000,
+  timerSpreadMs: 10_000,
+  backlogN: 1_000_000,
+  backlogDrainN: 20_000,
+  signalRuns: 10_000,
 };
 
 const n = (x: number) => x.toLocaleString('en-US');
@@ -182,6 +204,70 @@ export function rows(m: Mode): RowDef[] {
       title: '8. worker peak RSS, scenario 2 tuned',
       unit: 'MiB',
       higherIsBetter: false,
+      digits: 0,
+    },
+    // Rows 9–12: Cyclone only (cyclone-scenarios.ts).
+    {
+      id: '9',
+      title: `9. ${n(m.dueN)} steps due at one instant (delayed runs), tuned: due time → last completion`,
+      unit: 'steps/s',
+      higherIsBetter: true,
+      digits: 0,
+    },
+    {
+      id: '9n',
+      title: `9. … reference: ${n(m.dueN)} no-op runs available at once, tuned (row 2's scenario at row 9's N)`,
+      unit: 'runs/s',
+      higherIsBetter: true,
+      digits: 0,
+    },
+    {
+      id: '9r',
+      title: '9. … due burst as a fraction of the reference',
+      unit: '×',
+      higherIsBetter: true,
+      digits: 2,
+    },
+    {
+      id: '10p50',
+      title: `10. timer lateness p50, ${n(m.timerN)} timers over ${m.timerSpreadMs / 1000} s, idle tuned worker (started_at − scheduled_at)`,
+      unit: 'ms',
+      higherIsBetter: false,
+      digits: 1,
+    },
+    {
+      id: '10p99',
+      title: `10. timer lateness p99, ${n(m.timerN)} timers over ${m.timerSpreadMs / 1000} s, idle tuned worker`,
+      unit: 'ms',
+      higherIsBetter: false,
+      digits: 1,
+    },
+    {
+      id: '11',
+      title: `11. process ${n(m.backlogDrainN)} no-op runs with ${n(m.backlogN)} future-dated steps in the table, tuned`,
+      unit: 'runs/s',
+      higherIsBetter: true,
+      digits: 0,
+    },
+    {
+      id: '11e',
+      title: `11. … reference: the same in an empty table (row 2's tuned scenario at ${n(m.backlogDrainN)}, alternating with 11)`,
+      unit: 'runs/s',
+      higherIsBetter: true,
+      digits: 0,
+    },
+    {
+      id: '11r',
+      title: '11. … with the backlog as a fraction of the empty-table figure',
+      unit: '×',
+      higherIsBetter: true,
+      digits: 2,
+    },
+    {
+      id: '12',
+      title: `12. ${n(m.signalRuns)} runs waiting for a signal, signals sent 10 in flight, worker concurrency 10: first signal → last run completed`,
+      unit: 'signals/s',
+      higherIsBetter: true,
       digits: 0,
     },
   );

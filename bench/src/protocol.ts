@@ -29,6 +29,8 @@ export interface ChildSpec extends WorkerSpec {
 export interface DrainResult {
   /** First handler start → last completion known committed, ms. */
   ms: number;
+  /** When the last completion was known committed: CLOCK_MONOTONIC ns, as a decimal string. */
+  endNs: string;
   /** Jobs (steps) completed in that window. */
   jobs: number;
   /** True when the time cap ended the run before all jobs were done. */

@@ -23,6 +23,8 @@ export interface ReportInput {
     baselineRssMiB: number;
   };
   history: Partial<Record<SystemName, { what: string; seconds: number }>>;
+  /** Row 11's future-dated backlog, when it was made. */
+  backlog?: { what: string; seconds: number } | undefined;
 }
 
 const PEERS: readonly SystemName[] = ['graphile-worker', 'pg-boss'];
@@ -71,9 +73,11 @@ function table(head: string[], body: string[][]): string {
 
 function targets(r: Results): string[][] {
   const t: string[][] = [];
+  let issue = '8';
   const check = (name: string, value: number, goal: number, atMost: boolean, how: string) => {
     const ok = Number.isFinite(value) ? (atMost ? value <= goal : value >= goal) : undefined;
     t.push([
+      issue,
       name,
       Number.isFinite(value) ? value.toFixed(2) : '—',
       `${atMost ? '≤' : '≥'} ${goal}`,
@@ -130,6 +134,31 @@ function targets(r: Results): string[][] {
     0.9,
     false,
     'row 7 ÷ row 2 tuned',
+  );
+  issue = '14';
+  check(
+    'steps due at one instant vs tuned no-op of the same N',
+    med(r, '9r', 'cyclone'),
+    0.8,
+    false,
+    'row 9 ÷ row 9 reference (medians)',
+  );
+  check('timer lateness p50 (ms)', med(r, '10p50', 'cyclone'), 50, true, 'row 10 p50');
+  check('timer lateness p99 (ms)', med(r, '10p99', 'cyclone'), 200, true, 'row 10 p99');
+  check(
+    'throughput with future-dated steps vs empty',
+    med(r, '11r', 'cyclone'),
+    0.9,
+    false,
+    'row 11 ÷ row 11 empty-table reference (medians)',
+  );
+  issue = '16';
+  check(
+    'runs waiting for a signal hold no worker slot (runs completed, fraction)',
+    Math.min(...(r.get('12ok', 'cyclone')?.values ?? [Number.NaN])),
+    1,
+    false,
+    'row 12: runs completed ÷ runs, worst repetition, with worker concurrency 10',
   );
   return t;
 }
@@ -208,7 +237,7 @@ export function renderReport(input: ReportInput): string {
     `Machine: ${mc.cpus} CPUs, load average ${load(mc.loadStart)} at start and ${load(mc.loadEnd)} at end (1/5/15 min); ` +
       `PostgreSQL ${mc.postgres} (max_connections ${mc.maxConnections}; other client connections at start: ${mc.connectionsAtStart}); Node ${mc.node}. ` +
       `Took ${Math.round(input.seconds)} s. Cells: median (min–max) of ${mode.reps} repetition(s) per system ` +
-      `(row 5: ${mode.latencyReps}, rows 6 and 7: ${mode.slowReps}), systems alternating. **Other work shares this machine and server, so the figures are noisy**; ` +
+      `(rows 5 and 10: ${mode.latencyReps}, rows 6 and 7: ${mode.slowReps}), systems alternating; rows 9–12 are Cyclone only. **Other work shares this machine and server, so the figures are noisy**; ` +
       'compare systems within one report, not across reports.',
   );
   out.push('');
@@ -249,9 +278,9 @@ export function renderReport(input: ReportInput): string {
     out.push(...notes);
   }
   out.push('');
-  out.push('## Issue 8 targets');
+  out.push('## Targets (issues 8, 14 and 16)');
   out.push('');
-  out.push(table(['target', 'measured', 'goal', 'result', 'computed as'], targets(r)));
+  out.push(table(['issue', 'target', 'measured', 'goal', 'result', 'computed as'], targets(r)));
   out.push('');
   out.push('## Database work per job');
   out.push('');
@@ -267,7 +296,7 @@ export function renderReport(input: ReportInput): string {
   out.push('');
   out.push('## Busiest statements');
   out.push('');
-  out.push(statements(r.work, ['2t', '3', '4t', '7h']));
+  out.push(statements(r.work, ['2t', '3', '4t', '7h', '9', '9n', '11', '11e']));
   out.push('## Configurations and versions');
   out.push('');
   out.push(
@@ -293,6 +322,12 @@ export function renderReport(input: ReportInput): string {
   }
   for (const [sys, h] of Object.entries(input.history)) {
     out.push(`- ${sys}: ${h.what}; inserted and vacuumed in ${h.seconds.toFixed(1)} s`);
+  }
+  if (input.backlog) {
+    out.push('');
+    out.push(
+      `Future-dated backlog (row 11): ${input.backlog.what}; submitted, vacuumed and analyzed in ${input.backlog.seconds.toFixed(1)} s.`,
+    );
   }
   out.push('');
   return out.join('\n');

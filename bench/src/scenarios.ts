@@ -27,7 +27,7 @@ import { mapLimit, msBetween, nowNs, quantile, sleep } from './util.js';
 const WARM_UP = 50;
 
 /** How long a child may take to start and pick its first job. */
-const START_TIMEOUT_MS = 60_000;
+export const START_TIMEOUT_MS = 60_000;
 
 export interface BenchContext {
   admin: Admin;
@@ -56,8 +56,12 @@ export async function makeTemplate(ctx: BenchContext, name: SystemName): Promise
   return db;
 }
 
-async function withPool<T>(url: string, fn: (pool: pg.Pool) => Promise<T>): Promise<T> {
+export async function withPool<T>(url: string, fn: (pool: pg.Pool) => Promise<T>): Promise<T> {
   const pool = new pg.Pool({ connectionString: url, max: 1 });
+  // pool.end() resolves before its connections have closed, so a database dropped WITH (FORCE)
+  // right after may terminate one: the idle connection then emits 'error' on the pool, which,
+  // unhandled, would end the harness. A connection lost otherwise fails the next query.
+  pool.on('error', () => {});
   try {
     return await fn(pool);
   } finally {
@@ -66,7 +70,7 @@ async function withPool<T>(url: string, fn: (pool: pg.Pool) => Promise<T>): Prom
 }
 
 /** A fresh database for one run of `name`, dropped after `fn`. */
-async function withFreshDb<T>(
+export async function withFreshDb<T>(
   ctx: BenchContext,
   name: SystemName,
   fn: (db: string, url: string) => Promise<T>,
@@ -124,6 +128,13 @@ export interface DrainOptions {
   db?: string;
   /** Record the worker's peak RSS under this row too (scenario 8). */
   rssRow?: string;
+  /** Time cap instead of the mode's `drainCapMs` (row 9's larger N). */
+  capMs?: number;
+  /**
+   * Wait this long after the insert before the worker starts (row 9's reference: as long as row 9
+   * waits for its due time, so both start on a table that settled as long after its insert).
+   */
+  settleMs?: number;
 }
 
 /**
@@ -141,6 +152,7 @@ export async function drain(
 ): Promise<void> {
   // A run that hit the time cap is not repeated: its figure is a bound, and the cap costs time.
   if (ctx.results.get(row, name)?.capped) return;
+  const capMs = options.capMs ?? ctx.drainCapMs;
   const sys = ctx.systems.get(name) as System;
   const run = async (db: string, url: string) => {
     const idFloor = sys.idFloor
@@ -153,6 +165,7 @@ export async function drain(
       await p.close();
     }
     await ctx.admin.waitIdle(db);
+    if (options.settleMs) await sleep(options.settleMs);
     const before = await ctx.admin.counters(db);
     const expected = units * JOBS_PER_UNIT[workload];
     const child = new ChildWorker({
@@ -162,15 +175,13 @@ export async function drain(
       variant,
       workload,
       expected,
-      capMs: ctx.drainCapMs,
+      capMs,
       idFloor,
     });
     try {
       await child.waitFor('@T0', START_TIMEOUT_MS);
       const cpu0 = await ctx.admin.backendCpu(db);
-      const r = JSON.parse(
-        await child.waitFor('@DONE', ctx.drainCapMs + START_TIMEOUT_MS),
-      ) as DrainResult;
+      const r = JSON.parse(await child.waitFor('@DONE', capMs + START_TIMEOUT_MS)) as DrainResult;
       const cpu1 = await ctx.admin.backendCpu(db);
       await child.exit();
       await ctx.admin.waitIdle(db);

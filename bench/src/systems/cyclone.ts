@@ -71,6 +71,19 @@ export const writeFlow = newWorkflow<Record<string, unknown>>('bench_write', {
   nodes: { a: { action: write } },
 });
 
+/**
+ * Row 12: `a`, then `w` waiting for the signal `go` (an hour's timeout, never reached in the
+ * benchmark), then `z` after it. `w` holds no worker slot while it waits.
+ */
+export const WAIT_SIGNAL = 'go';
+export const waitFlow = newWorkflow<Record<string, unknown>>('bench_wait', {
+  nodes: {
+    a: { action: step },
+    w: { waitFor: WAIT_SIGNAL, after: ['a'], timeoutMs: 3_600_000 },
+    z: { action: step, after: ['w'] },
+  },
+});
+
 const FLOWS = { noop: noopFlow, dag: dagFlow, write: writeFlow } as const;
 
 function version(): string {
@@ -152,11 +165,14 @@ export const system: System = {
 
   async startWorker(spec) {
     const client = new Client({ connectionString: spec.url, poolSize: 1 });
+    const extra = spec.cyclone;
     const worker = new Worker({
       client,
-      workflows: [noopFlow, dagFlow, writeFlow],
+      // The wait workflow only for row 12, so that the claim of every other row is unchanged.
+      workflows: [noopFlow, dagFlow, writeFlow, ...(extra?.waitFlow ? [waitFlow] : [])],
       logger: consoleLogger('warn', { system: 'cyclone' }),
       ...VARIANTS[spec.variant],
+      ...(extra?.concurrency ? { concurrency: extra.concurrency } : {}),
     });
     await worker.start();
     return {

@@ -75,6 +75,13 @@ export interface WorkerSpec {
   workload: Workload;
   /** Largest job id before the measured jobs were enqueued (graphile-worker's pending check). */
   idFloor?: string;
+  /** Cyclone only (row 12): overrides of the variant. */
+  cyclone?: {
+    /** Also run the signal row's workflow (`waitFlow`). */
+    waitFlow?: boolean;
+    /** Handlers at once, instead of the variant's. */
+    concurrency?: number;
+  };
 }
 
 /** The system's module. */
