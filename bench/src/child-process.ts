@@ -28,9 +28,13 @@ export class ChildWorker {
   private stderr = '';
   private dead = false;
 
-  constructor(readonly spec: ChildSpec) {
-    if (!childScript) throw new Error('prepareChildren() was not called');
-    this.proc = spawn(process.execPath, [childScript], {
+  /** @param script another bundle of the child than this build's (row 13's variants). */
+  constructor(
+    readonly spec: ChildSpec,
+    script = childScript,
+  ) {
+    if (!script) throw new Error('prepareChildren() was not called');
+    this.proc = spawn(process.execPath, [script], {
       cwd: BENCH_DIR,
       env: { ...process.env, BENCH_CHILD: JSON.stringify(spec) },
     });
@@ -106,6 +110,11 @@ export class ChildWorker {
     const t = setTimeout(() => this.proc.kill('SIGKILL'), graceMs);
     await this.exited;
     clearTimeout(t);
+  }
+
+  /** Sends a command line (protocol.ts). */
+  send(command: string): void {
+    if (!this.dead) this.proc.stdin.write(`${command}\n`);
   }
 
   kill(): void {

@@ -298,13 +298,14 @@ export async function futureBacklogDb(
 /**
  * Row 12: a worker child with concurrency 10 (`SIGNAL_CONCURRENCY`); `n` runs of `a → w → z`
  * submitted (`submitMany`), `w` waiting for the signal `go`. Once every run waits at `w` (all `a`
- * completed: untimed), the harness sends the `n` signals with `client.signal`, 10 in flight.
+ * completed and every `w` parked until its deadline, an hour ahead: untimed), the harness sends
+ * the `n` signals with `client.signal`, 10 in flight.
  * Timed from the first signal sent to the moment the worker knows the last `z` completed.
  * Records signals per second; row `12ok` records the fraction of runs completed (1 when a
  * waiting node holds no worker slot: 10 slots, `n` waiting runs), checked in the targets.
  */
 export async function signalThroughput(ctx: BenchContext, row: string, n: number): Promise<void> {
-  await withFreshDb(ctx, 'cyclone', (_db, url) =>
+  await withFreshDb(ctx, 'cyclone', (db, url) =>
     withPool(url, async (pool) => {
       const capMs = 600_000;
       const child = new ChildWorker({
@@ -329,12 +330,15 @@ export async function signalThroughput(ctx: BenchContext, row: string, n: number
           );
           runIds.push(...r.runIds);
         }
-        // Every run at its wait node, and nothing running: no waiting node holds a slot.
+        // Every run parked at its wait node (`scheduled`, due at its deadline), and nothing
+        // running: no waiting node holds a slot.
         const deadline = Date.now() + 120_000;
         let state = { waiting: 0, running: 0 };
         for (;;) {
           const { rows } = await pool.query<{ waiting: number; running: number }>(
-            `SELECT count(*) FILTER (WHERE node = 'w' AND state = 'scheduled')::int AS waiting,
+            `SELECT count(*) FILTER (WHERE node = 'w' AND state = 'scheduled'
+                                       AND scheduled_at > now() + interval '30 minutes')::int
+                      AS waiting,
                     count(*) FILTER (WHERE state = 'running')::int AS running
              FROM cyclone.cyclone_steps WHERE workflow = 'bench_wait'`,
           );
@@ -345,6 +349,10 @@ export async function signalThroughput(ctx: BenchContext, row: string, n: number
           }
           await sleep(50);
         }
+        // The window of the worker's statements and CPU, and of the server's CPU, starts here.
+        child.send('MARK');
+        await child.waitFor('@MARKED', START_TIMEOUT_MS);
+        const cpu0 = await ctx.admin.backendCpu(db);
         const t = nowNs();
         await mapLimit(runIds, SIGNALS_IN_FLIGHT, async (id) => {
           const r = await producer.signal(id, WAIT_SIGNAL, { approved: true });
@@ -352,6 +360,7 @@ export async function signalThroughput(ctx: BenchContext, row: string, n: number
         });
         const sentSecs = msBetween(t, nowNs()) / 1000;
         const r = JSON.parse(await child.waitFor('@DONE', capMs + START_TIMEOUT_MS)) as DrainResult;
+        const cpu1 = await ctx.admin.backendCpu(db);
         const { rows: done } = await pool.query<{ completed: number; delivered: number }>(
           `SELECT (SELECT count(*)::int FROM cyclone.cyclone_runs
                    WHERE workflow = 'bench_wait' AND state = 'completed') AS completed,
@@ -380,6 +389,22 @@ export async function signalThroughput(ctx: BenchContext, row: string, n: number
           `all ${n} runs waited at their wait node with ${state.running} steps running before the first signal`,
         );
         ctx.results.add(row, 'cyclone', Number.NaN, `signals alone: ${Math.round(n / sentSecs)}/s`);
+        // Per signal (a run's `w` and `z`), from the first signal: the worker's statements and
+        // CPU, and the CPU of every backend of the database (the producer's signals included).
+        // Transactions and rows are not split at that instant (a backend reports them when it
+        // exits), so they are left out.
+        ctx.results.work.push({
+          row,
+          system: 'cyclone',
+          jobs: n,
+          xactsPerJob: Number.NaN,
+          statementsPerJob: r.statements / n,
+          rowsPerJob: Number.NaN,
+          pgCpuPer1k: (cpuDelta(cpu0, cpu1) / n) * 1000,
+          workerCpuPer1k: (r.cpuMs / n) * 1000,
+          rssMiB: r.rssMiB,
+          top: r.top,
+        });
         ctx.log(
           `  ${row} cyclone: ${Math.round(n / secs)} signals/s end to end (${secs.toFixed(2)} s; sending ${sentSecs.toFixed(2)} s)`,
         );

@@ -1,7 +1,7 @@
 /**
  * The harness ↔ worker child protocol. The harness passes a `ChildSpec` as JSON in the
  * `BENCH_CHILD` environment variable; the child writes lines starting with `@` on stdout and
- * reads commands (`EXIT`) on stdin.
+ * reads commands (`EXIT`, `MARK`) on stdin.
  *
  * - `@READY`: the worker runs.
  * - `@T0`: the first handler started (drain: the measured window opens).
@@ -9,6 +9,7 @@
  * - `@LAT <ns>`: latency mode: a handler started `ns` after the payload's `t` (CLOCK_MONOTONIC).
  * - `@STARTED`: victim mode: the job is claimed and its handler hangs.
  * - `@RECOVERED <ns>`: rescuer mode: a handler started at CLOCK_MONOTONIC `ns`.
+ * - `@MARKED`: answer to `MARK` (drain mode): the measured window (statements, CPU) restarted.
  * - `@ERR <message>`: fatal error; the child exits with code 1.
  */
 import type { StatementStat } from './query-counter.js';

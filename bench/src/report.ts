@@ -296,7 +296,7 @@ export function renderReport(input: ReportInput): string {
   out.push('');
   out.push('## Busiest statements');
   out.push('');
-  out.push(statements(r.work, ['2t', '3', '4t', '7h', '9', '9n', '11', '11e']));
+  out.push(statements(r.work, ['2t', '3', '4t', '7h', '9', '9n', '11', '11e', '12']));
   out.push('## Configurations and versions');
   out.push('');
   out.push(
