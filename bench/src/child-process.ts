@@ -117,11 +117,6 @@ export class ChildWorker {
     if (!this.dead) this.proc.stdin.write(`${command}\n`);
   }
 
-  /** Sends a command line (protocol.ts). */
-  send(command: string): void {
-    if (!this.dead) this.proc.stdin.write(`${command}\n`);
-  }
-
   kill(): void {
     this.proc.kill('SIGKILL');
   }
