@@ -24,18 +24,16 @@ describe('stderrLogger', () => {
     const log = stderrLogger({ level: 'warn', write: (l) => lines.push(l) }).child({
       workerId: 'host:1:ab',
     });
-    log
-      .child({ runId: 'r-1', node: 'charge', attempt: 2 })
-      .warn(
-        {
-          kind: 'error',
-          err: 'card declined\n  at x',
-          state: 'retryable',
-          delayMs: 1000,
-          to: 'a b',
-        },
-        'step attempt failed',
-      );
+    log.child({ runId: 'r-1', node: 'charge', attempt: 2 }).warn(
+      {
+        kind: 'error',
+        err: 'card declined\n  at x',
+        state: 'retryable',
+        delayMs: 1000,
+        to: 'a b',
+      },
+      'step attempt failed',
+    );
     log.info({}, 'worker started'); // below the level
     expect(lines).toHaveLength(1);
     expect(lines[0]).toMatch(

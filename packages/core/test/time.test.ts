@@ -143,12 +143,10 @@ describe('node timers', () => {
     expect(run.state).toBe('completed');
     const first = run.steps.find((s) => s.node === 'first');
     const reminder = run.steps.find((s) => s.node === 'reminder');
-    expect(reminder?.scheduledAt.getTime()).toBeGreaterThanOrEqual(
-      (first?.completedAt as Date).getTime() + 700,
-    );
-    expect(reminder?.startedAt?.getTime()).toBeGreaterThanOrEqual(
-      (first?.completedAt as Date).getTime() + 700,
-    );
+    const firstDone = first?.completedAt;
+    if (!firstDone) throw new Error('first has no completedAt');
+    expect(reminder?.scheduledAt.getTime()).toBeGreaterThanOrEqual(firstDone.getTime() + 700);
+    expect(reminder?.startedAt?.getTime()).toBeGreaterThanOrEqual(firstDone.getTime() + 700);
     expect(reminder?.attempt).toBe(1);
   });
 });
