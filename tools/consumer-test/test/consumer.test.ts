@@ -170,6 +170,7 @@ describe('the published packages, installed with npm outside the workspace', () 
         '@cyclone/stripe',
         '@cyclone/sendgrid',
         '@cyclone/twilio',
+        '@cyclone/http',
       ]),
     );
     for (const c of checks) {
@@ -257,7 +258,7 @@ describe('the published packages, installed with npm outside the workspace', () 
         '--no-warnings',
         '--input-type=commonjs',
         '-e',
-        `for (const m of ['@cyclone/core', '@cyclone/idempotency', '@cyclone/stripe', '@cyclone/sendgrid', '@cyclone/twilio']) {
+        `for (const m of ['@cyclone/core', '@cyclone/idempotency', '@cyclone/stripe', '@cyclone/sendgrid', '@cyclone/twilio', '@cyclone/http']) {
            const ns = require(m);
            if (Object.keys(ns).length === 0) throw new Error(m + ' exports nothing');
          }`,
