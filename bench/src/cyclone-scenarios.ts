@@ -156,6 +156,16 @@ export async function dueBurst(
         ? `time cap: ${r.jobs} of ${n} done in ${secs.toFixed(1)} s`
         : undefined;
       ctx.results.add(row, 'cyclone', r.jobs / secs, note);
+      // A worker that wakes at the due time starts the first step within milliseconds; a late
+      // first start is the engine's wake-up missing the due time, and is in the figure.
+      if (d.first > 50) {
+        ctx.results.add(
+          row,
+          'cyclone',
+          Number.NaN,
+          `a repetition's first step started ${Math.round(d.first)} ms after the due time`,
+        );
+      }
       if (r.capped) ctx.results.markCapped(row, 'cyclone');
       const jobs = Math.max(1, r.jobs);
       ctx.results.work.push({
