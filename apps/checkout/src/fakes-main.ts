@@ -20,11 +20,12 @@ const say = (line: string) => process.stdout.write(`${line}\n`);
 say(`stripe   ${fakes.urls.stripe}`);
 say(`sendgrid ${fakes.urls.sendgrid} (events to ${webhook})`);
 say(`twilio   ${fakes.urls.twilio}`);
+say(`shipping ${fakes.shipping.url}`);
 say(`written to ${fakesFile()}; Ctrl-C to stop`);
 
 let last = '';
 const counts = () =>
-  `charges ${fakes.stripe.count('charge')}, e-mails ${fakes.sendgrid.effects}, SMS ${fakes.twilio.effects}`;
+  `charges ${fakes.stripe.count('charge')}, e-mails ${fakes.sendgrid.effects}, SMS ${fakes.twilio.effects}, shipments ${fakes.shipping.count()}`;
 const timer = setInterval(() => {
   const now = counts();
   if (now !== last) say(now);

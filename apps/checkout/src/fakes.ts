@@ -1,10 +1,12 @@
 /**
- * The three local fakes (the adapters' `./testing` exports): Stripe, SendGrid and Twilio on
- * 127.0.0.1, each keeping its provider's semantics and counting the real effects (charges,
- * e-mails, SMS). Used by `pnpm demo` (in its own process, so it can count and inject faults)
+ * The local fakes (the adapters' `./testing` exports): Stripe, SendGrid, Twilio and a shipping
+ * API (`@cyclone/http`'s, with Easyship's key semantics) on 127.0.0.1, each keeping its
+ * provider's semantics and counting the real effects (charges, e-mails, SMS, shipments). Used by
+ * `pnpm demo` (in its own process, so it can count and inject faults)
  * and by `pnpm --filter @cyclone/example-checkout fakes` (standalone, for the API and workers
  * run by hand).
  */
+import { FakeHttpApi } from '@cyclone/http/testing';
 import { FakeSendGrid } from '@cyclone/sendgrid/testing';
 import { FakeStripe } from '@cyclone/stripe/testing';
 import { FakeTwilio } from '@cyclone/twilio/testing';
@@ -14,13 +16,14 @@ export interface Fakes {
   stripe: FakeStripe;
   sendgrid: FakeSendGrid;
   twilio: FakeTwilio;
+  shipping: FakeHttpApi;
   urls: FakeUrls;
   /** The variables that point the API and the workers at these fakes. */
   env: Record<string, string>;
   close(): Promise<void>;
 }
 
-/** Starts the three fakes on free ports. */
+/** Starts the fakes on free ports. */
 export async function startFakes(): Promise<Fakes> {
   const stripe = await FakeStripe.start();
   const sendgrid = await FakeSendGrid.start({
@@ -32,25 +35,34 @@ export async function startFakes(): Promise<Fakes> {
     authToken: FAKE_CREDENTIALS.twilioAuthToken,
     autoAdvance: 'sent', // a created message is sent at once and calls its status callback
   });
+  const shipping = await FakeHttpApi.start({ profile: 'easyship' });
   const urls: FakeUrls = {
     stripe: stripe.url,
     sendgrid: sendgrid.baseUrl,
     twilio: twilio.origin,
+    shipping: shipping.url,
     sendgridVerificationKey: sendgrid.verificationKey,
   };
   return {
     stripe,
     sendgrid,
     twilio,
+    shipping,
     urls,
     env: {
       FAKE_STRIPE_URL: urls.stripe,
       FAKE_SENDGRID_URL: urls.sendgrid,
       FAKE_TWILIO_URL: urls.twilio,
+      FAKE_SHIPPING_URL: shipping.url,
       SENDGRID_WEBHOOK_VERIFICATION_KEY: sendgrid.verificationKey,
     },
     async close() {
-      await Promise.allSettled([stripe.close(), sendgrid.close(), twilio.close()]);
+      await Promise.allSettled([
+        stripe.close(),
+        sendgrid.close(),
+        twilio.close(),
+        shipping.close(),
+      ]);
     },
   };
 }

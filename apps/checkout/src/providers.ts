@@ -1,11 +1,15 @@
 /**
- * The three providers a checkout step calls, each either the real service or its local fake:
+ * The providers a checkout step calls, each either the real service or its local fake:
  *
  * | provider | real when                                        | else the fake at                   |
  * | -------- | ------------------------------------------------ | ---------------------------------- |
  * | Stripe   | `STRIPE_SECRET_KEY`                              | `FAKE_STRIPE_URL`                  |
  * | SendGrid | `SENDGRID_API_KEY` (+ `SENDGRID_FROM`)           | `FAKE_SENDGRID_URL`                |
  * | Twilio   | `TWILIO_ACCOUNT_SID` + `TWILIO_AUTH_TOKEN` (+ `TWILIO_FROM`) | `FAKE_TWILIO_URL`      |
+ * | shipping | `SHIPPING_API_URL` (+ `SHIPPING_API_TOKEN`)      | `FAKE_SHIPPING_URL` (else none)    |
+ *
+ * The shipping API is any API that takes an idempotency key, called through `@cyclone/http`
+ * with the Easyship preset; without one configured, `fulfil` ships nothing.
  *
  * The `FAKE_*_URL` variables are set by `pnpm demo`; without them the fakes started by
  * `pnpm --filter @cyclone/example-checkout fakes` are found through the file it writes
@@ -16,6 +20,7 @@
  * defaults, which are sized for the real networks.
  */
 import { existsSync, readFileSync } from 'node:fs';
+import type { IdempotentFetchOptions } from '@cyclone/http';
 import type { IdempotentMailOptions } from '@cyclone/sendgrid';
 import { createMailService } from '@cyclone/sendgrid';
 import type { IdempotentStripeOptions } from '@cyclone/stripe';
@@ -40,6 +45,8 @@ export interface FakeUrls {
   stripe: string;
   sendgrid: string;
   twilio: string;
+  /** The shipping API fake (absent in a fakes file written before it existed). */
+  shipping?: string;
   /** The public key the SendGrid fake signs its Event Webhook posts with (base64 DER). */
   sendgridVerificationKey?: string;
 }
@@ -59,6 +66,8 @@ export interface Providers {
   twilio: TwilioMessagingClient;
   twilioOptions: IdempotentTwilioOptions;
   smsFrom: string;
+  /** The shipping API: its base URL, bearer token and `idempotentFetch` options; none: no call. */
+  shipping?: { url: string; token?: string; options: IdempotentFetchOptions };
   /** One line per provider, e.g. `stripe: the fake at http://127.0.0.1:40123`. */
   describe: string[];
 }
@@ -84,6 +93,7 @@ export function fakeUrls(env: Env = process.env): FakeUrls {
       stripe: env.FAKE_STRIPE_URL,
       sendgrid: env.FAKE_SENDGRID_URL,
       twilio: env.FAKE_TWILIO_URL,
+      ...(env.FAKE_SHIPPING_URL ? { shipping: env.FAKE_SHIPPING_URL } : {}),
       sendgridVerificationKey: env.SENDGRID_WEBHOOK_VERIFICATION_KEY,
     };
   }
@@ -182,6 +192,26 @@ export function providersFromEnv(env: Env = process.env): Providers {
     describe.push(`twilio: the fake at ${origin}`);
   }
 
+  let shipping: Providers['shipping'];
+  const shippingFake = fakes?.shipping ?? env.FAKE_SHIPPING_URL;
+  if (env.SHIPPING_API_URL) {
+    shipping = {
+      url: env.SHIPPING_API_URL,
+      ...(env.SHIPPING_API_TOKEN ? { token: env.SHIPPING_API_TOKEN } : {}),
+      options: { preset: 'easyship' },
+    };
+    describe.push(`shipping: ${new URL(env.SHIPPING_API_URL).origin} (SHIPPING_API_URL)`);
+  } else if (shippingFake) {
+    // The fake answers in milliseconds: a short timeout, and a quiet period just above it.
+    shipping = {
+      url: shippingFake,
+      options: { preset: 'easyship', timeoutMs: 2_000, quietPeriodMs: 3_000 },
+    };
+    describe.push(`shipping: the fake at ${new URL(shippingFake).origin}`);
+  } else {
+    describe.push('shipping: none configured (fulfil ships nothing)');
+  }
+
   return {
     stripe,
     stripeOptions,
@@ -191,6 +221,7 @@ export function providersFromEnv(env: Env = process.env): Providers {
     twilio: sms,
     twilioOptions,
     smsFrom,
+    ...(shipping ? { shipping } : {}),
     describe,
   };
 }

@@ -3,7 +3,7 @@
  *
  *                         ┌─► receipt (SendGrid) ─┐
  *   reserve ─► charge ────┤                       ├─► fulfil
- *   (stock)    (Stripe)   └─► sms (Twilio) ───────┘
+ *   (stock)    (Stripe)   └─► sms (Twilio) ───────┘   (shipping API)
  *
  * - `reserve` and `fulfil` write only to PostgreSQL, on `ctx.completionTx()`: their rows commit
  *   with the step's completion or not at all, so they happen exactly once however often the
@@ -12,12 +12,16 @@
  *   by the step (`${runId}:${node}`) and guarded by the idempotency ledger, so a retried, reclaimed
  *   or crashed step never charges, mails or texts twice. What they learn (the payment intent, the
  *   message ids) is written on the completion transaction too.
+ * - `fulfil` also books the shipment with a shipping API that takes an idempotency key, through
+ *   `@cyclone/http`'s `idempotentFetch` (key `${runId}:fulfil:shipment`): a completed booking is
+ *   replayed from the ledger, a lost answer re-sent with the same key.
  *
  * Every completion-transaction write also appends a row to `checkout.order_events` (no unique
  * constraint), so a duplicate would be visible; the demo checks there is exactly one per
  * (order, node).
  */
 import { type Context, NonRetryableError, newAction, newWorkflow, type Tx } from '@cyclone/core';
+import { idempotentFetch } from '@cyclone/http';
 import { getLedgerEntry, idempotencyKey } from '@cyclone/idempotency';
 import { idempotentMail } from '@cyclone/sendgrid';
 import { idempotentStripe } from '@cyclone/stripe';
@@ -213,17 +217,49 @@ export function checkoutWorkflow(providers?: Providers) {
     'fulfil',
     async (ctx, input: OrderInput) => {
       const { paymentIntent } = ctx.upstream<ChargeOutput>('charge');
+      const shipment = await bookShipment(ctx, input, paymentIntent);
       const tx = await ctx.completionTx();
       await tx.query(
         `UPDATE checkout.orders SET status = 'fulfilled', fulfilled_at = now(), updated_at = now()
          WHERE order_id = $1`,
         [input.orderId],
       );
-      await recordEvent(tx, ctx, input.orderId, `fulfilled (paid by ${paymentIntent})`);
-      return { fulfilled: true };
+      await recordEvent(
+        tx,
+        ctx,
+        input.orderId,
+        `fulfilled (paid by ${paymentIntent}${shipment ? `, shipment ${shipment}` : ''})`,
+      );
+      return { fulfilled: true, shipment };
     },
-    { backoff },
+    { backoff, timeout: 60_000 },
   );
+
+  /** Books the order's shipment (its id), or nothing when no shipping API is configured. */
+  async function bookShipment(
+    ctx: Context,
+    input: OrderInput,
+    paymentIntent: string,
+  ): Promise<string | null> {
+    const shipping = p().shipping;
+    if (!shipping) return null;
+    const fetchOnce = idempotentFetch(ctx, { ...shipping.options, scope: 'shipment' });
+    const res = await fetchOnce(new URL('shipments', `${shipping.url.replace(/\/$/, '')}/`), {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        ...(shipping.token ? { authorization: `Bearer ${shipping.token}` } : {}),
+      },
+      // From the input and the upstream output only: the same on every attempt.
+      body: JSON.stringify({
+        order_id: input.orderId,
+        items: [{ sku: input.sku, quantity: input.quantity }],
+        payment: paymentIntent,
+      }),
+    });
+    const shipment = (await res.json()) as { id?: unknown };
+    return typeof shipment.id === 'string' ? shipment.id : null;
+  }
 
   return newWorkflow('checkout', {
     input: OrderInput,

@@ -85,6 +85,7 @@ it('runs 60 orders through a worker kill and three lost responses, every invaria
     charges: 60,
     emails: 60,
     sms: 60,
+    shipments: 60,
     duplicates: 0,
     workersKilled: 1,
     responsesDropped: 3,

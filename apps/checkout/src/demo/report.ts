@@ -21,10 +21,12 @@ export interface Figures {
   charges: number;
   emails: number;
   sms: number;
-  /** Effects beyond one per order, over the three providers and the completion-tx writes. */
+  /** Shipments booked at the shipping API fake (`@cyclone/http`). */
+  shipments: number;
+  /** Effects beyond one per order, over the providers and the completion-tx writes. */
   duplicates: number;
   /** Provider requests (each attempt that reached a fake, re-sends included). */
-  providerRequests: { stripe: number; sendgrid: number; twilio: number };
+  providerRequests: { stripe: number; sendgrid: number; twilio: number; shipping: number };
   stepsWithRetries: number;
   /** Steps the killed workers still held when their sessions ended. */
   stepsHeldByKilledWorkers: number;
@@ -152,7 +154,7 @@ export async function verdict(v: VerdictInput): Promise<Verdict> {
   );
 
   // At the fakes: one effect per order, matched by the order id each effect carries.
-  const { stripe, sendgrid, twilio } = v.fakes;
+  const { stripe, sendgrid, twilio, shipping } = v.fakes;
   const succeeded = stripe
     .objects('payment_intent')
     .filter((pi) => pi.status === 'succeeded')
@@ -166,11 +168,19 @@ export async function verdict(v: VerdictInput): Promise<Verdict> {
     orderIds,
     twilio.created.map((m) => /^Order (\S+) /.exec(m.body)?.[1]),
   );
+  const shipments = perOrder(
+    orderIds,
+    shipping.effects.map((e) => {
+      const id = (e.body as { order_id?: unknown } | null)?.order_id;
+      return typeof id === 'string' ? id : undefined;
+    }),
+  );
   const eventDuplicates = events.rows - events.pairs;
   const duplicates =
     charges.extra +
     mails.extra +
     texts.extra +
+    shipments.extra +
     eventDuplicates +
     Math.max(0, runs.runs - orderIds.length);
   const unknownResolved = unknown.rows.reduce((s, r) => s + r.n, 0);
@@ -187,11 +197,13 @@ export async function verdict(v: VerdictInput): Promise<Verdict> {
     charges: stripe.count('charge'),
     emails: sendgrid.effects,
     sms: twilio.effects,
+    shipments: shipping.count(),
     duplicates,
     providerRequests: {
       stripe: stripe.requestsTo('POST', '/v1/payment_intents').length,
       sendgrid: sendgrid.sendRequests.length,
       twilio: twilio.createRequests.length,
+      shipping: shipping.keyedRequests.length,
     },
     stepsWithRetries: steps.retried,
     stepsHeldByKilledWorkers: heldTotal,
@@ -247,6 +259,7 @@ export async function verdict(v: VerdictInput): Promise<Verdict> {
     effectCheck('charge (Stripe)', charges),
     effectCheck('e-mail (SendGrid)', mails),
     effectCheck('SMS (Twilio)', texts),
+    effectCheck('shipment (shipping API)', shipments),
     {
       name: 'completion-transaction writes exactly once',
       ok: events.rows === accepted * NODES.length && events.pairs === events.rows,
@@ -304,6 +317,10 @@ export function render(v: Verdict): string {
       `${f.emails} (${f.providerRequests.sendgrid} requests)`,
     ],
     ['SMS counted at the Twilio fake', `${f.sms} (${f.providerRequests.twilio} requests)`],
+    [
+      'shipments counted at the shipping fake',
+      `${f.shipments} (${f.providerRequests.shipping} requests)`,
+    ],
     ['duplicates (must be 0)', f.duplicates],
     ['steps with attempts > 1', f.stepsWithRetries],
     ['workers SIGKILLed', f.workersKilled],
