@@ -7,7 +7,7 @@ import type { Client } from './client.js';
 import type { Completer, CompletionCounters } from './completion.js';
 import { CompletionTx } from './completion-tx.js';
 import { makeContext } from './context.js';
-import { withConnection } from './db.js';
+import { withConnection, withTransaction } from './db.js';
 import type { Workflow } from './definitions.js';
 import { describeError } from './error-entry.js';
 import { LeaseLostError } from './errors.js';
@@ -121,8 +121,14 @@ export class ClaimLoop {
           continue;
         }
         if (got === want) continue;
+        // Nothing claimable now: sleep until the next step is due. (With some claimed, their
+        // completions wake the loop soon enough to claim again.)
+        if (got === 0) {
+          await this.waitForWake(await this.idleWait());
+          continue;
+        }
       }
-      await this.waitForWake(await this.idleWait());
+      await this.waitForWake(this.config.pollIntervalMs);
     }
   }
 
@@ -171,16 +177,26 @@ export class ClaimLoop {
   }
 
   /**
-   * How long to wait before the next claim when it came back short: until the next step of the
+   * How long to wait before the next claim when it came back empty: until the next step of the
    * worker's workflows is due (by the database's clock), at most the poll interval. A NOTIFY for
-   * a new or rescheduled step ends the wait early, so the worker re-reads the next due time.
+   * a new or rescheduled step ends the wait early, so the worker re-reads the next due time. The
+   * read gives up after a short lock wait (an operator's lock on the table), so the loop goes on
+   * to its claim, which stop() knows how to cancel; it is cancellable meanwhile too.
    */
   private async idleWait(): Promise<number> {
     const { parts, config } = this;
     try {
-      const dueIn = await nextDueIn(parts.controlPool, parts.db, {
-        workflows: this.workflowNames,
-        nodeKeys: this.nodeKeys,
+      const dueIn = await withTransaction(parts.controlPool, async (c) => {
+        this.claimPid = (c as unknown as { processID?: number }).processID;
+        try {
+          await c.query("SET LOCAL lock_timeout = '100ms'");
+          return await nextDueIn(c, parts.db, {
+            workflows: this.workflowNames,
+            nodeKeys: this.nodeKeys,
+          });
+        } finally {
+          this.claimPid = undefined;
+        }
       });
       if (dueIn === undefined) return config.pollIntervalMs;
       // A millisecond late rather than early: the claim compares with the database's now().

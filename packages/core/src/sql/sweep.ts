@@ -33,13 +33,17 @@ WITH x AS MATERIALIZED (
   RETURNING t.run_id, t.node, t.workflow, t.state, t.attempt
 ), d AS (
   SELECT run_id, count(*)::int AS n FROM swept WHERE state = 'discarded' GROUP BY run_id
+), locked AS MATERIALIZED (
+  -- The run rows locked in id order, as the completion statement takes them: two sweeps, or a
+  -- sweep and a completion, that both touch runs A and B never wait for each other in a cycle.
+  SELECT r.id FROM ${s}.cyclone_runs r JOIN d ON r.id = d.run_id ORDER BY r.id FOR UPDATE OF r
 ), runs AS (
   UPDATE ${s}.cyclone_runs r
   SET steps_active = r.steps_active - d.n,
       state = CASE WHEN r.state = 'running' AND r.steps_active = d.n THEN 'failed' ELSE r.state END,
       completed_at = CASE WHEN r.state = 'running' AND r.steps_active = d.n THEN now() ELSE r.completed_at END,
       updated_at = now()
-  FROM d WHERE r.id = d.run_id
+  FROM d, locked l WHERE r.id = d.run_id AND l.id = r.id
   RETURNING r.id
 )
 SELECT swept.run_id, swept.node, swept.workflow, swept.state, swept.attempt,
