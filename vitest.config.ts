@@ -4,6 +4,8 @@ export default defineConfig({
   test: {
     projects: [
       'packages/*/vitest.config.ts',
+      // The adapters' tests again at the lowest SDK version of their peer range.
+      'packages/*/vitest.lowest-sdk.config.ts',
       'apps/*/vitest.config.ts',
       'tools/*/vitest.config.ts',
     ],

@@ -56,3 +56,27 @@ function sourceConditionEverywhere(): Plugin {
     },
   };
 }
+
+/**
+ * An adapter's second project: its tests again, with each provider SDK of `sdks` at the lowest
+ * version of the adapter's peer range. That version is a devDependency under an npm alias
+ * (`"stripe-lowest": "npm:stripe@17.0.0"`, mapped as `{ stripe: 'stripe-lowest' }`); the alias
+ * replaces the SDK's name, subpaths included, in the test files and the sources (vite's
+ * `resolve.alias`) and in the worker processes the crash tests spawn (`CYCLONE_TEST_ALIASES`,
+ * read by @cyclone/testkit's spawnWorker). The project is named `<name>@lowest-sdk`.
+ */
+export function lowestSdkProject(
+  name: string,
+  sdks: Record<string, string>,
+  test: ProjectTestOptions = {},
+): UserWorkspaceConfig {
+  const base = cycloneProject(`${name}@lowest-sdk`, {
+    ...test,
+    env: { ...test.env, CYCLONE_TEST_ALIASES: JSON.stringify(sdks) },
+  });
+  const alias = Object.entries(sdks).map(([sdk, to]) => ({
+    find: new RegExp(`^${sdk.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&')}(?=/|$)`),
+    replacement: to,
+  }));
+  return { ...base, resolve: { ...base.resolve, alias } };
+}

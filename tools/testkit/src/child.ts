@@ -21,6 +21,9 @@ export interface ExitInfo {
   signal: NodeJS.Signals | null;
 }
 
+/** The module that maps an SDK to its alias in a child (sdk-alias.mjs). */
+const SDK_ALIAS = new URL('./sdk-alias.mjs', import.meta.url).href;
+
 /** The readiness line of `announceReady()`: `READY <pid>` or `READY <pid> <workerId>`. */
 export const READY_LINE = /^READY (\d+)(?: (\S+))?$/;
 
@@ -171,9 +174,11 @@ export async function spawnWorker(options: SpawnWorkerOptions): Promise<ChildWor
   const env: NodeJS.ProcessEnv = { ...process.env, ...options.env };
   // vitest's own loader flags must not leak into the child.
   delete env.NODE_OPTIONS;
+  // An adapter's "lowest SDK" project: the child loads the SDK under its alias too.
+  const aliases = env.CYCLONE_TEST_ALIASES ? ['--import', SDK_ALIAS] : [];
   const proc = spawn(
     process.execPath,
-    ['--conditions=@cyclone/source', '--import', 'tsx', script],
+    ['--conditions=@cyclone/source', '--import', 'tsx', ...aliases, script],
     { cwd: options.cwd ?? packageDir(script), env, stdio: ['pipe', 'pipe', 'pipe'] },
   );
   const child = new ChildWorker(proc, options.label ?? basename(script));

@@ -1,0 +1,8 @@
+import { lowestSdkProject } from '../../vitest.shared.js';
+
+// The tests again at the lowest version of the SDK's peer range (package.json), under its alias.
+export default lowestSdkProject(
+  'stripe',
+  { stripe: 'stripe-lowest' },
+  { env: { STRIPE_SUPPRESS_NOTICES: 'true' } },
+);
