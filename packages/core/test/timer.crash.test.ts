@@ -5,6 +5,9 @@
  * server gets an immediate shutdown (no checkpoint: crash recovery at the next start) and starts
  * again on the same data directory and port; fresh workers then run each `b` exactly once, on
  * its first attempt, no earlier than `a`'s completion plus the delay by the database's clock.
+ * Runs of a second workflow wait for a signal (a wait node, which holds no worker) through the
+ * same kill and restart; their signals come before and after the restart, and each run's next
+ * node then runs exactly once.
  *
  * The server is a DEDICATED embedded PostgreSQL (its own data directory and free port, held by
  * a child process, embedded-server.ts): the shared server other test files use is never
@@ -21,7 +24,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client } from '../src/client.js';
 import { stopEmbeddedPostgres } from '../src/embedded.js';
-import { TIMER_DELAY_MS, TIMER_TABLES, TimerFlow } from './support/timer-workflow.js';
+import { TIMER_DELAY_MS, TIMER_TABLES, TimerFlow, WaitFlow } from './support/timer-workflow.js';
 
 const RUNS = 5;
 const WORKERS = 3;
@@ -153,12 +156,14 @@ afterAll(async () => {
 describe.skipIf(unavailable !== undefined)(
   `node timers and crashes${unavailable ? ` (skipped: ${unavailable})` : ''}`,
   () => {
-    it('a node timer survives the SIGKILL of every worker and a PostgreSQL restart, and fires once', async () => {
+    it('a node timer and a pending wait survive the SIGKILL of every worker and a PostgreSQL restart; each fires once', async () => {
       const first = await spawnTimerWorkers('first');
       let client = new Client({ connectionString: url, poolSize: 2 });
+      // Runs whose wait node waits for a signal through the same crash and restart.
+      const waitIds: string[] = [];
+      for (let i = 0; i < RUNS; i++) waitIds.push((await client.submit(WaitFlow, { i })).runId);
       const runIds: string[] = [];
       for (let i = 0; i < RUNS; i++) runIds.push((await client.submit(TimerFlow, { i })).runId);
-
       // Every `a` completed, so every `b` waits on its timer.
       const waiting = await waitFor(
         'every a completed and every b scheduled',
@@ -171,9 +176,27 @@ describe.skipIf(unavailable !== undefined)(
         { timeoutMs: 20_000, intervalMs: 25 },
       );
       expect(waiting.effects).toEqual([]);
+      await waitFor(
+        'every wait node parked',
+        async () => {
+          const r = await readSteps(waitIds);
+          const w = r.steps.filter((s) => s.node === 'w' && s.state === 'scheduled');
+          return w.length === RUNS &&
+            r.steps.every((s) => s.node !== 'a' || s.state === 'completed')
+            ? r
+            : undefined;
+        },
+        { timeoutMs: 20_000, intervalMs: 25 },
+      );
 
       // SIGKILL every worker while the timers wait.
       await Promise.all(first.map((w) => w.kill('SIGKILL')));
+      // Half the signals while no worker runs, before the restart; the rest after it.
+      for (const runId of waitIds.slice(0, RUNS / 2)) {
+        expect(await client.signal(runId, 'go', { runId, when: 'before restart' })).toEqual({
+          accepted: true,
+        });
+      }
       await client.close();
       const killed = await readSteps(runIds);
       expect(killed.steps.filter((s) => s.node === 'b').map((s) => s.state)).toEqual(
@@ -198,9 +221,24 @@ describe.skipIf(unavailable !== undefined)(
       }
       expect(restarted.effects).toEqual([]);
 
-      const fresh = await spawnTimerWorkers('fresh');
       client = new Client({ connectionString: url, poolSize: 2 });
+      for (const runId of waitIds.slice(RUNS / 2)) {
+        expect(await client.signal(runId, 'go', { runId, when: 'after restart' })).toEqual({
+          accepted: true,
+        });
+      }
+      const fresh = await spawnTimerWorkers('fresh');
       try {
+        for (const runId of waitIds) {
+          const run = await client.waitForRun(runId, { timeoutMs: 30_000, pollMs: 50 });
+          expect(run.state).toBe('completed');
+          const w = run.steps.find((s) => s.node === 'w');
+          expect(w?.output).toMatchObject({ runId });
+          expect(run.steps.find((s) => s.node === 'c')).toMatchObject({
+            state: 'completed',
+            attempt: 1,
+          });
+        }
         for (const runId of runIds) {
           const run = await client.waitForRun(runId, { timeoutMs: 30_000, pollMs: 50 });
           expect(run.state).toBe('completed');
@@ -225,15 +263,18 @@ describe.skipIf(unavailable !== undefined)(
         await new Promise((r) => setTimeout(r, 2_500));
         const end = await readSteps(runIds);
         const freshPids = new Set(fresh.map((w) => w.pid));
-        expect(end.effects.map((e) => e.run_id).sort()).toEqual([...runIds].sort());
-        for (const e of end.effects) {
-          expect(e).toMatchObject({ node: 'b', attempt: 1 });
+        const timerEffects = end.effects.filter((e) => e.node === 'b');
+        expect(timerEffects.map((e) => e.run_id).sort()).toEqual([...runIds].sort());
+        const waitEffects = (await readSteps(waitIds)).effects.filter((e) => e.node === 'c');
+        expect(waitEffects.map((e) => e.run_id).sort()).toEqual([...waitIds].sort());
+        for (const e of [...timerEffects, ...waitEffects]) {
+          expect(e.attempt).toBe(1);
           expect(freshPids.has(e.pid)).toBe(true);
         }
         const bLines = [...first, ...fresh].flatMap((w) => w.lines.filter((l) => /^B /.test(l)));
-        expect(bLines).toHaveLength(RUNS);
+        expect(bLines).toHaveLength(2 * RUNS);
         const aLines = first.flatMap((w) => w.lines.filter((l) => /^A /.test(l)));
-        expect(aLines).toHaveLength(RUNS);
+        expect(aLines).toHaveLength(2 * RUNS);
         for (const w of fresh) expect(w.exit, w.describe()).toBeUndefined();
       } finally {
         await client.close();

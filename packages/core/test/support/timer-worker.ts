@@ -9,7 +9,7 @@
 import { Client, consoleLogger, Worker } from '@cyclone/core';
 import { announceReady, emitLine, requireEnv } from '@cyclone/testkit';
 import pg from 'pg';
-import { configureTimer, TimerFlow } from './timer-workflow.js';
+import { configureTimer, TimerFlow, WaitFlow } from './timer-workflow.js';
 
 const url = requireEnv('DATABASE_URL');
 const pool = new pg.Pool({ connectionString: url, max: 2 });
@@ -19,7 +19,7 @@ configureTimer({ pool, emit: emitLine });
 const client = new Client({ connectionString: url, poolSize: 3 });
 const worker = new Worker({
   client,
-  workflows: [TimerFlow],
+  workflows: [TimerFlow, WaitFlow],
   concurrency: 4,
   leaseMs: 2_000,
   sweepIntervalMs: 250,

@@ -51,6 +51,19 @@ const Second = newAction('timer_crash_b', async (ctx) => {
   return { b: process.pid };
 });
 
+/**
+ * `a` → `w` (a wait node for signal `go`, no timeout) → `c`, which records its call in
+ * `timer_effects` as `b` does: a pending wait holds no worker, so killing every worker and
+ * restarting the server must change nothing.
+ */
+export const WaitFlow = newWorkflow('timer_crash_wait', {
+  nodes: {
+    a: { action: First },
+    w: { waitFor: 'go', after: ['a'] },
+    c: { action: Second, after: ['w'] },
+  },
+});
+
 /** `a` → `b`, `b` claimable `TIMER_DELAY_MS` after `a` completed. */
 export const TimerFlow = newWorkflow('timer_crash', {
   nodes: {
