@@ -14,7 +14,9 @@
  *    CLI's `migrate`, the program (two orders against the Stripe fake, a lost Stripe response
  *    included, one order held so that its last node is discarded), `cyclone runs` and `run`,
  *    `cyclone retry` (bad usage → 2, unknown run → 1, the held node → 0) and a worker that
- *    finishes the retried run; then the getting-started program.
+ *    finishes the retried run; then the getting-started program, and its failing-step program
+ *    as the page walks through it (failures on stderr by default, `cyclone retry`, a worker
+ *    that resumes the run).
  *
  * Every step's time is printed at the end. CYCLONE_CONSUMER_KEEP=1 keeps the temp project.
  */
@@ -253,6 +255,11 @@ describe('the published packages, installed with npm outside the workspace', () 
     );
     expect(gettingStarted, `${doc} has a sample named getting-started`).toBeDefined();
     writeFileSync(join(app, 'src/getting-started.ts'), gettingStarted?.code ?? '');
+    const failing = extractSamples(readFileSync(join(root, doc), 'utf8'), doc).find(
+      (s) => s.name === 'failing-step',
+    );
+    expect(failing, `${doc} has a sample named failing-step`).toBeDefined();
+    writeFileSync(join(app, 'src/failing.ts'), failing?.code ?? '');
     const tsconfig = {
       compilerOptions: {
         target: 'ES2022',
@@ -404,5 +411,37 @@ describe('the published packages, installed with npm outside the workspace', () 
     expect(r.code, show(r)).toBe(0);
     expect(r.stdout).toMatch(/^run [0-9a-f-]{36} completed$/m);
     expect(r.stdout).toMatch(/charge: completed/);
+  });
+
+  it('follows its failing step: failures on stderr by default, a decline, cyclone retry, a worker resumes', async () => {
+    /** The failing-step program with the default logger (no CYCLONE_LOG=silent of vitest). */
+    const failing = (step: string, extra: NodeJS.ProcessEnv) => {
+      const env = cleanEnv({ DATABASE_URL: dbUrl, ...extra });
+      delete env.CYCLONE_LOG;
+      return sh(step, process.execPath, [join(app, 'dist/failing.js')], {
+        cwd: app,
+        env,
+        timeoutMs: 60_000,
+      });
+    };
+    const ok = await failing('node dist/failing.js', {});
+    expect(ok.code, show(ok)).toBe(0);
+    expect(ok.stdout).toMatch(/^run [0-9a-f-]{36} completed\n$/);
+    expect(ok.stderr).toMatch(
+      /^\d\d:\d\d:\d\d\.\d{3} WARN {2}step attempt failed: payment provider unavailable \(attempt 1\) · runId=\S+ node=charge attempt=1 kind=error state=retryable delayMs=500 · workerId=\S+$/m,
+    );
+
+    const declined = await failing('DECLINE=1 node dist/failing.js', { DECLINE: '1' });
+    expect(declined.code, show(declined)).toBe(0);
+    const runId = /^run (\S+) failed$/m.exec(declined.stdout)?.[1] ?? '';
+    expect(runId, show(declined)).not.toBe('');
+    expect(declined.stderr).toContain(
+      `ERROR step discarded, no further attempt (\`cyclone retry ${runId} charge\` reopens it): card declined`,
+    );
+    const retry = await cyclone('cyclone retry (failing step)', 'retry', runId, 'charge');
+    expect(retry.stdout).toBe(`reopened charge of run ${runId}\n`);
+    const resumed = await failing('RESUME=… node dist/failing.js', { RESUME: runId });
+    expect(resumed.code, show(resumed)).toBe(0);
+    expect(resumed.stdout).toBe(`run ${runId} completed\n`);
   });
 });

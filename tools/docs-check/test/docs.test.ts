@@ -107,6 +107,17 @@ describe('documentation', () => {
     expect(broken.map((b) => `${relative(root, b.file)}:${b.line} → ${b.target}`)).toEqual([]);
   });
 
+  it('"Not supported yet" in the README is still true: every path its items name is absent', () => {
+    const readme = readFileSync(join(root, 'README.md'), 'utf8');
+    const section = /^## Not supported yet\n([\s\S]*?)(?=^## )/m.exec(readme)?.[1] ?? '';
+    const paths = [...section.matchAll(/<!-- absent: ([^>]*?) -->/g)].flatMap((m) =>
+      (m[1] ?? '').trim().split(/\s+/),
+    );
+    expect(paths.length, 'the section and its <!-- absent: … --> markers').toBeGreaterThan(0);
+    // A path that exists now: the feature landed, so its item must leave the section.
+    expect(paths.filter((p) => existsSync(join(root, p)))).toEqual([]);
+  });
+
   it('the package READMEs link as npm shows them: absolute URLs, into files that exist', () => {
     const manifest = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
     const repo = String(manifest.repository.url)
