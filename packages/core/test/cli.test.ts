@@ -1,3 +1,4 @@
+import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -524,6 +525,29 @@ describe('the real program as a child process', () => {
       state: 'completed',
       attempt: 2,
     });
+  });
+
+  it('`pnpm cyclone` at the repository root: the exit code and the one line, nothing of pnpm', async () => {
+    const pnpmCyclone = (args: string[]) =>
+      new Promise<Result>((done, fail) => {
+        const child = spawn('pnpm', ['cyclone', ...args], {
+          cwd: resolve(PACKAGE_DIR, '../..'),
+          env: { ...process.env, DATABASE_URL: db.url },
+          stdio: ['ignore', 'pipe', 'pipe'],
+        });
+        let stdout = '';
+        let stderr = '';
+        child.stdout.on('data', (c) => (stdout += c));
+        child.stderr.on('data', (c) => (stderr += c));
+        child.on('error', fail);
+        child.on('close', (code) => done({ code: code ?? -1, stdout, stderr }));
+      });
+    const missing = await pnpmCyclone(['run', '00000000-0000-4000-8000-000000000005']);
+    expect(missing).toMatchObject({ code: 1, stdout: '' });
+    expectOneLineError(missing, /^cyclone: run 00000000-0000-4000-8000-000000000005 not found\n$/);
+    const usage = await pnpmCyclone(['--database-url', 'notaurl', 'runs']);
+    expect(usage).toMatchObject({ code: 2, stdout: '' });
+    expectOneLineError(usage, /^cyclone: invalid database URL \(--database-url\): /);
   });
 
   it.skipIf(!existsSync(resolve(PACKAGE_DIR, 'dist/cli.js')))(
