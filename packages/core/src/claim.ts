@@ -82,6 +82,8 @@ export class ClaimLoop {
   private claimPid: number | undefined;
   private wakeResolve: (() => void) | undefined;
   private wakePending = false;
+  /** Empty claims in a row while a step was due already (`idleWait`'s backoff). */
+  private overdue = 0;
   /** `workflow/node` of every node the worker can run: it claims only those. */
   private readonly nodeKeys: string[];
   private readonly workflowNames: string[];
@@ -199,8 +201,15 @@ export class ClaimLoop {
         }
       });
       if (dueIn === undefined) return config.pollIntervalMs;
+      if (dueIn <= 0) {
+        // Due already, yet the claim found nothing: it came due just after, or another worker
+        // holds it locked. Claim again soon, backing off while that lasts.
+        this.overdue = Math.min(this.overdue + 1, 8);
+        return Math.min(config.pollIntervalMs, 2 ** this.overdue);
+      }
+      this.overdue = 0;
       // A millisecond late rather than early: the claim compares with the database's now().
-      return Math.min(config.pollIntervalMs, Math.max(0, Math.ceil(dueIn)) + 1);
+      return Math.min(config.pollIntervalMs, Math.ceil(dueIn) + 1);
     } catch (err) {
       parts.log.warn({ err: String(err) }, 'could not read the next due step; polling');
       return config.pollIntervalMs;

@@ -141,14 +141,15 @@ export async function claimSteps(
 
 /**
  * How long until the next claimable step of the workflows $1 (only the nodes $2) is due, in ms
- * by the database's clock; no row when none is waiting. The claim index is read from now on in
- * scheduled_at order, so this stops at the first matching row however many are due later.
+ * by the database's clock (≤ 0: one is due already, say one that came due just after a claim
+ * looked, or one another worker holds locked right now); no row when none is waiting. The claim
+ * index is read in scheduled_at order, so this stops at the first matching row.
  */
 export const nextDueSql = (s: string) => `
 SELECT (extract(epoch FROM (scheduled_at - now())) * 1000)::float8 AS due_in_ms
 FROM ${s}.cyclone_steps
 WHERE state IN ('available', 'retryable', 'scheduled') AND workflow = ANY($1::text[])
-  AND scheduled_at > now() AND scheduled_at < 'infinity'
+  AND scheduled_at < 'infinity'
   AND workflow || '/' || node = ANY($2::text[])
 ORDER BY scheduled_at
 LIMIT 1`;
