@@ -80,7 +80,10 @@ describe('migrations', () => {
         migrateIdempotency(other),
         migrateIdempotency(other),
       ]);
-      expect([...(first ?? []), ...(second ?? [])]).toEqual(['000001_ledger']);
+      expect([...(first ?? []), ...(second ?? [])]).toEqual([
+        '000001_ledger',
+        '000002_unknown_index',
+      ]);
       expect(await migrateIdempotency(other)).toEqual([]);
       const { rows } = await db.pool.query(
         `SELECT component, name FROM idem_other.cyclone_migrations ORDER BY component, name`,
