@@ -1,6 +1,7 @@
 /**
  * The checkout's database: Cyclone's tables (core, the idempotency ledger, the SendGrid events
- * and Twilio callbacks tables of the adapters) and the shop's own tables in schema `checkout`.
+ * and Twilio callbacks tables of the adapters) and the shop's own tables in schema `checkout`
+ * (the refund, follow-up and reconciliation columns and table are added to an older one).
  * Safe to run again and from several processes at once.
  */
 import type { Client } from '@cyclone/core';
@@ -73,6 +74,28 @@ CREATE TABLE IF NOT EXISTS checkout.unknown_outcomes (
   attempt      int  NOT NULL,
   at           timestamptz NOT NULL DEFAULT now()
 );
+
+-- Written by the refund and follow-up steps (added to the orders of an older database).
+ALTER TABLE checkout.orders
+  ADD COLUMN IF NOT EXISTS refund_id             text,
+  ADD COLUMN IF NOT EXISTS refunded_at           timestamptz,
+  ADD COLUMN IF NOT EXISTS follow_up_message_id  text,
+  ADD COLUMN IF NOT EXISTS followed_up_at        timestamptz;
+
+-- One row per payment reconciliation run (reconcile.ts): what it compared and what disagreed.
+CREATE TABLE IF NOT EXISTS checkout.reconciliations (
+  run_id         uuid PRIMARY KEY,
+  fire_at        timestamptz NOT NULL,
+  since          timestamptz NOT NULL,
+  charges        int  NOT NULL,
+  refunds        int  NOT NULL,
+  orders         int  NOT NULL,
+  matched        int  NOT NULL,
+  pending        int  NOT NULL,
+  discrepancies  jsonb NOT NULL,
+  at             timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS reconciliations_fire_at ON checkout.reconciliations (fire_at);
 `;
 
 /**
@@ -114,10 +137,12 @@ async function tablesExist(client: Client): Promise<boolean> {
         'checkout.orders',
         'checkout.order_events',
         'checkout.unknown_outcomes',
+        // Created with the orders' newer columns: its presence says they are there too.
+        'checkout.reconciliations',
       ],
     ],
   );
-  return rows[0]?.n === 4;
+  return rows[0]?.n === 5;
 }
 
 /** Tops every catalog SKU up to `INITIAL_STOCK` (the demo does, so it never runs out). */
