@@ -7,12 +7,17 @@
  *   same request again (a client retrying after a timeout) gets the same run; the same key with
  *   another body is a 422; another key for an order id that already has a run is a 409.
  * - `GET /orders/:id` (an order id or a run id): the order, its run and each node's state.
+ * - `POST /orders/:id/approve`: approves an order held for approval (over $100): sends its run the
+ *   signal `approved`, which its `approval` node waits for. 202 once stored (again, replayed);
+ *   404 for no such order; 409 when the order needs no approval, its approval timed out, or its
+ *   run has finished.
  * - `POST /hooks/sendgrid` and `POST /hooks/twilio/status`: the providers' webhooks, recorded by
  *   the adapters; they are what settles an e-mail or SMS whose response was lost.
  */
 import {
   type Client,
   InputValidationError,
+  InvalidStateError,
   RunNotFoundError,
   type StepInfo,
   SubmitKeyConflictError,
@@ -22,7 +27,15 @@ import { handleStatusCallback } from '@cyclone/twilio';
 import Fastify, { type FastifyInstance } from 'fastify';
 import { z } from 'zod';
 import { CATALOG, SKUS } from './schema.js';
-import { type CheckoutWorkflow, checkoutWorkflow, type OrderInput } from './workflow.js';
+import {
+  APPROVAL_SIGNAL,
+  APPROVAL_THRESHOLD_CENTS,
+  type ApprovalOutput,
+  type CheckoutWorkflow,
+  checkoutWorkflow,
+  needsApproval,
+  type OrderInput,
+} from './workflow.js';
 
 /** The body of `POST /orders`. Unknown fields are refused, so a typo is not silently dropped. */
 export const OrderRequest = z.strictObject({
@@ -43,6 +56,20 @@ export const OrderRequest = z.strictObject({
     .default('pm_card_visa'),
 });
 export type OrderRequest = z.infer<typeof OrderRequest>;
+
+/** The body of `POST /orders/:id/approve` (optional): who approves. */
+export const ApprovalRequest = z.strictObject({
+  by: z.string().min(1).max(200).optional(),
+});
+
+/** The answer to an approval that was stored (202). */
+export interface ApprovalAccepted {
+  orderId: string;
+  runId: string;
+  /** False when the order had been approved already: the first approval stands. */
+  accepted: boolean;
+  links: { self: string };
+}
 
 /** The `Idempotency-Key` header: 1–255 visible ASCII characters. */
 const IDEMPOTENCY_KEY = /^[\x21-\x7e]{1,255}$/;
@@ -73,9 +100,22 @@ export interface OrderView {
     paymentIntent: string | null;
     receiptMessageId: string | null;
     smsSid: string | null;
+    refundId: string | null;
+    followUpMessageId: string | null;
     createdAt: string;
     fulfilledAt: string | null;
+    refundedAt: string | null;
+    followedUpAt: string | null;
   };
+  /**
+   * Null for an order that needs no approval. Else `pending` (not charged yet), `waiting` (from
+   * the charge until `deadline`, PostgreSQL's clock), `approved` or `timed_out` (refunded).
+   */
+  approval: {
+    state: 'pending' | 'waiting' | 'approved' | 'timed_out';
+    deadline: string | null;
+    by: string | null;
+  } | null;
   steps: {
     node: string;
     state: string;
@@ -100,7 +140,10 @@ class OrderExistsError extends Error {
 
 export interface ApiOptions {
   client: Client;
-  /** The workflow to submit. Default: `checkoutWorkflow()` (no providers needed to submit). */
+  /**
+   * The workflow to submit. Default: `checkoutWorkflow()` (no providers needed to submit; its
+   * timers and approval timeout from `CHECKOUT_TIMINGS`).
+   */
   workflow?: CheckoutWorkflow;
   /** The token Twilio signs status callbacks with. Without it the route answers 404. */
   twilioAuthToken?: string;
@@ -119,6 +162,8 @@ export interface ApiOptions {
 export function buildApi(options: ApiOptions): FastifyInstance {
   const { client } = options;
   const workflow = options.workflow ?? checkoutWorkflow();
+  /** The approval's timeout, for the deadline of an approval not parked yet. */
+  const approvalTimeoutMs = workflow.nodeByName.get('approval')?.waitTimeoutMs;
   const app = Fastify({ logger: options.logger ?? false });
 
   app.setErrorHandler((err: Error & { statusCode?: number; code?: string }, req, reply) => {
@@ -200,13 +245,81 @@ export function buildApi(options: ApiOptions): FastifyInstance {
   });
 
   app.get<{ Params: { id: string } }>('/orders/:id', async (req, reply) => {
-    const view = await orderView(client, req.params.id);
+    const view = await orderView(client, req.params.id, approvalTimeoutMs);
     if (!view) {
       return reply
         .code(404)
         .send({ error: 'not_found', message: `no order or run ${JSON.stringify(req.params.id)}` });
     }
     return view;
+  });
+
+  app.post<{ Params: { id: string } }>('/orders/:id/approve', async (req, reply) => {
+    const parsed = ApprovalRequest.safeParse(req.body ?? {});
+    if (!parsed.success) {
+      return reply.code(400).send({
+        error: 'invalid_approval',
+        message: 'the approval is not valid',
+        issues: parsed.error.issues.map((i) => ({
+          path: i.path.join('.'),
+          message: i.message,
+          code: i.code,
+        })),
+      });
+    }
+    const id = req.params.id;
+    const o = await orderRow(client, id);
+    const notFound = () =>
+      reply
+        .code(404)
+        .send({ error: 'not_found', message: `no order or run ${JSON.stringify(id)}` });
+    if (!o) return notFound();
+    const orderId: string = o.order_id;
+    const runId: string = o.run_id;
+    if (!needsApproval(o.amount_cents)) {
+      return reply.code(409).send({
+        error: 'approval_not_required',
+        message: `order ${orderId} (${dollars(o.amount_cents)}) is not over ${dollars(APPROVAL_THRESHOLD_CENTS)}: it was never held`,
+        runId,
+      });
+    }
+    // A wait that already timed out takes no approval (a signal would be stored, and ignored).
+    let approval: Awaited<ReturnType<typeof approvalOf>>;
+    try {
+      approval = await approvalOf(client, runId, approvalTimeoutMs);
+    } catch (err) {
+      if (err instanceof RunNotFoundError) return notFound(); // deleted by retention
+      throw err;
+    }
+    if (approval?.state === 'timed_out') {
+      return reply.code(409).send({
+        error: 'approval_timed_out',
+        message: `order ${orderId} was not approved in time; it is refunded`,
+        runId,
+      });
+    }
+    let accepted: boolean;
+    try {
+      ({ accepted } = await client.signal(runId, APPROVAL_SIGNAL, {
+        approved: true,
+        by: parsed.data.by ?? null,
+      }));
+    } catch (err) {
+      if (err instanceof RunNotFoundError) return notFound();
+      if (err instanceof InvalidStateError) {
+        return reply.code(409).send({
+          error: 'order_finished',
+          message: `order ${orderId} is settled (its run is ${err.state}): nothing left to approve`,
+          runId,
+        });
+      }
+      throw err;
+    }
+    const self = `/orders/${encodeURIComponent(orderId)}`;
+    reply.code(202).header('location', self);
+    if (!accepted) reply.header('idempotent-replayed', 'true');
+    const body: ApprovalAccepted = { orderId, runId, accepted, links: { self } };
+    return body;
   });
 
   // The providers' webhooks need the raw body (SendGrid signs it; Twilio posts a form): their
@@ -317,15 +430,63 @@ async function submitOrder(
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
-/** The order with its run, by order id or run id; undefined when there is none. */
-export async function orderView(client: Client, id: string): Promise<OrderView | undefined> {
+/** The order's row, by order id or run id. */
+// biome-ignore lint/suspicious/noExplicitAny: a row of checkout.orders, read field by field
+async function orderRow(client: Client, id: string): Promise<any> {
   const { rows } = await client.pool.query(
     UUID.test(id)
       ? 'SELECT * FROM checkout.orders WHERE order_id = $1 OR run_id = $1::uuid LIMIT 1'
       : 'SELECT * FROM checkout.orders WHERE order_id = $1',
     [id],
   );
-  const o = rows[0];
+  return rows[0];
+}
+
+/** `$123.45`. */
+const dollars = (cents: number) => `$${(cents / 100).toFixed(2)}`;
+
+/**
+ * The approval of a held order, from its run's steps; null when it was skipped. It waits from
+ * the moment the charge completed (its deadline counts from then), parked or not yet.
+ */
+function approvalFrom(steps: StepInfo[], timeoutMs: number | undefined): OrderView['approval'] {
+  const step = steps.find((s) => s.node === 'approval');
+  if (!step || step.state === 'skipped') return null;
+  if (step.state === 'completed') {
+    const out = step.output as ApprovalOutput;
+    if (out && 'timedOut' in out) return { state: 'timed_out', deadline: null, by: null };
+    return { state: 'approved', deadline: null, by: out?.by ?? null };
+  }
+  // Parked until its signal or its deadline: the time it is due again.
+  if (step.state === 'scheduled') {
+    return { state: 'waiting', deadline: step.scheduledAt.toISOString(), by: null };
+  }
+  const charged = steps.find((s) => s.node === 'charge')?.completedAt;
+  if (step.state !== 'pending' && charged) {
+    const deadline = timeoutMs === undefined ? null : new Date(charged.getTime() + timeoutMs);
+    return { state: 'waiting', deadline: deadline?.toISOString() ?? null, by: null };
+  }
+  return { state: 'pending', deadline: null, by: null };
+}
+
+async function approvalOf(
+  client: Client,
+  runId: string,
+  timeoutMs: number | undefined,
+): Promise<OrderView['approval']> {
+  return approvalFrom((await client.getRun(runId)).steps, timeoutMs);
+}
+
+/**
+ * The order with its run, by order id or run id; undefined when there is none.
+ * `approvalTimeoutMs`: the workflow's, for the deadline of an approval not parked yet.
+ */
+export async function orderView(
+  client: Client,
+  id: string,
+  approvalTimeoutMs?: number,
+): Promise<OrderView | undefined> {
+  const o = await orderRow(client, id);
   if (!o) return undefined;
   let run: Awaited<ReturnType<Client['getRun']>>;
   try {
@@ -350,9 +511,20 @@ export async function orderView(client: Client, id: string): Promise<OrderView |
       paymentIntent: o.payment_intent,
       receiptMessageId: o.receipt_message_id,
       smsSid: o.sms_sid,
+      refundId: o.refund_id,
+      followUpMessageId: o.follow_up_message_id,
       createdAt: o.created_at.toISOString(),
       fulfilledAt: iso(o.fulfilled_at),
+      refundedAt: iso(o.refunded_at),
+      followedUpAt: iso(o.followed_up_at),
     },
+    approval: needsApproval(o.amount_cents)
+      ? (approvalFrom(run.steps, approvalTimeoutMs) ?? {
+          state: 'pending',
+          deadline: null,
+          by: null,
+        })
+      : null,
     steps: run.steps.map((s: StepInfo) => {
       const last = s.errors.at(-1);
       return {

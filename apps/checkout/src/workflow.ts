@@ -1,9 +1,11 @@
 /**
  * The checkout workflow:
  *
- *                         ┌─► receipt (SendGrid) ─┐
- *   reserve ─► charge ────┤                       ├─► fulfil
- *   (stock)    (Stripe)   └─► sms (Twilio) ───────┘   (shipping API)
+ *                         ┌─► receipt (SendGrid) ──┐
+ *                         ├─► sms (Twilio) ────────┤
+ *   reserve ─► charge ────┤                        ├─► fulfil ──(timer)──► followUp
+ *   (stock)    (Stripe)   └─► approval ────────────┘   (shipping API)      (SendGrid)
+ *                             (orders over $100)  └──► refund (Stripe, when it timed out)
  *
  * - `reserve` and `fulfil` write only to PostgreSQL, on `ctx.completionTx()`: their rows commit
  *   with the step's completion or not at all, so they happen exactly once however often the
@@ -15,12 +17,26 @@
  * - `fulfil` also books the shipment with a shipping API that takes an idempotency key, through
  *   `@cyclone/http`'s `idempotentFetch` (key `${runId}:fulfil:shipment`): a completed booking is
  *   replayed from the ledger, a lost answer re-sent with the same key.
+ * - `approval` is a wait node: an order over `APPROVAL_THRESHOLD_CENTS` waits (no worker held)
+ *   for the signal `approved` (`POST /orders/:id/approve`) at most `approvalTimeoutMs`; a smaller
+ *   order skips it at once. Approved, or not held: `fulfil` ships. Timed out: `refund` refunds
+ *   the charge through Stripe (key `${runId}:refund`) and puts the stock back, and nothing ships.
+ * - `followUp` is a durable timer: `followUpDelayMs` after `fulfil` completed, an e-mail asks how
+ *   the order went (SendGrid, its own scope: key `${runId}:followUp:follow-up`); only for orders
+ *   that shipped.
  *
  * Every completion-transaction write also appends a row to `checkout.order_events` (no unique
  * constraint), so a duplicate would be visible; the demo checks there is exactly one per
  * (order, node).
  */
-import { type Context, NonRetryableError, newAction, newWorkflow, type Tx } from '@cyclone/core';
+import {
+  type Context,
+  type Json,
+  NonRetryableError,
+  newAction,
+  newWorkflow,
+  type Tx,
+} from '@cyclone/core';
 import { idempotentFetch } from '@cyclone/http';
 import { getLedgerEntry, idempotencyKey } from '@cyclone/idempotency';
 import { idempotentMail } from '@cyclone/sendgrid';
@@ -43,6 +59,48 @@ export const OrderInput = z.object({
 });
 export type OrderInput = z.infer<typeof OrderInput>;
 
+/** Orders above this amount (in cents: $100.00) wait for a person's approval. */
+export const APPROVAL_THRESHOLD_CENTS = 10_000;
+
+/** Whether an order of `amountCents` is held for approval (the `approval` node's condition). */
+export const needsApproval = (amountCents: number): boolean =>
+  amountCents > APPROVAL_THRESHOLD_CENTS;
+
+/** The signal that approves a held order. */
+export const APPROVAL_SIGNAL = 'approved';
+
+/** The waits of the workflow. */
+export interface Timings {
+  /** From the shipment (`fulfil` completed) to the follow-up e-mail, ms. */
+  followUpDelayMs: number;
+  /** How long a held order waits for its approval before it is refunded, ms. */
+  approvalTimeoutMs: number;
+}
+
+/** A shop's: a follow-up three days after the shipment, a day to approve. */
+export const REAL_TIMINGS: Timings = Object.freeze({
+  followUpDelayMs: 3 * 86_400_000,
+  approvalTimeoutMs: 86_400_000,
+});
+
+/** The demo's: everything within seconds. */
+export const DEMO_TIMINGS: Timings = Object.freeze({
+  followUpDelayMs: 1_500,
+  approvalTimeoutMs: 4_000,
+});
+
+/**
+ * The timings for this environment: `CHECKOUT_TIMINGS=demo` (what `pnpm demo` sets for the API
+ * and the workers), else the real ones. The API and the workers must agree: a node's timer and
+ * timeout are fixed when the API submits the run.
+ */
+export function timingsFromEnv(env: Record<string, string | undefined> = process.env): Timings {
+  const v = env.CHECKOUT_TIMINGS;
+  if (v === undefined || v === '' || v === 'real') return REAL_TIMINGS;
+  if (v === 'demo') return DEMO_TIMINGS;
+  throw new Error(`CHECKOUT_TIMINGS must be 'demo' or 'real', got ${JSON.stringify(v)}`);
+}
+
 /** Outputs of the steps, as stored and as `ctx.upstream` returns them. */
 export interface ChargeOutput {
   paymentIntent: string;
@@ -54,6 +112,20 @@ export interface ReceiptOutput {
 export interface SmsOutput {
   sid: string;
 }
+export interface RefundOutput {
+  refundId: string;
+  amount: number;
+}
+/**
+ * What the `approval` node completes with: the approver's payload (`POST /orders/:id/approve`
+ * sends `{ approved: true, by }`; `cyclone signal … approved` without data sends `null`), or
+ * the timeout's `{ timedOut: true }`.
+ */
+export type ApprovalOutput = { approved: true; by: string | null } | { timedOut: true } | null;
+
+/** Whether the approval timed out (false when it came in time, or the order was not held). */
+const approvalTimedOut = (up: Record<string, Json>): boolean =>
+  (up.approval as { timedOut?: unknown } | null | undefined)?.timedOut === true;
 
 /** Short retries: a failed provider call is tried again within seconds, not minutes. */
 const backoff = (attempt: number) =>
@@ -110,7 +182,7 @@ async function resolvedUnknown(
  * The workflow. `providers` is needed only where steps run (the worker); the API submits runs
  * with the same definition and no providers.
  */
-export function checkoutWorkflow(providers?: Providers) {
+export function checkoutWorkflow(providers?: Providers, timings: Timings = timingsFromEnv()) {
   const p = (): Providers => {
     if (!providers) throw new NonRetryableError('this process has no providers configured');
     return providers;
@@ -199,7 +271,10 @@ export function checkoutWorkflow(providers?: Providers) {
       const message = await idempotentTwilio(p().twilio, ctx, p().twilioOptions).messages.create({
         to: input.phone,
         from: p().smsFrom,
-        body: `Order ${input.orderId} is paid and on its way.`,
+        // A held order ships only once approved.
+        body: needsApproval(input.amountCents)
+          ? `Order ${input.orderId} is paid; it ships once approved.`
+          : `Order ${input.orderId} is paid and on its way.`,
       });
       const tx = await ctx.completionTx();
       await tx.query(
@@ -231,6 +306,68 @@ export function checkoutWorkflow(providers?: Providers) {
         `fulfilled (paid by ${paymentIntent}${shipment ? `, shipment ${shipment}` : ''})`,
       );
       return { fulfilled: true, shipment };
+    },
+    { backoff, timeout: 60_000 },
+  );
+
+  const refund = newAction(
+    'refund',
+    async (ctx, input: OrderInput): Promise<RefundOutput> => {
+      const unknown = await inheritedUnknown(ctx);
+      const { paymentIntent } = ctx.upstream<ChargeOutput>('charge');
+      // Key `${runId}:refund`: one refund of the whole charge, however often this runs.
+      const r = await idempotentStripe(p().stripe, ctx, p().stripeOptions).refunds.create({
+        payment_intent: paymentIntent,
+        reason: 'requested_by_customer',
+        metadata: { order_id: input.orderId },
+      });
+      const tx = await ctx.completionTx();
+      // Nothing ships: the reserved stock goes back.
+      await tx.query('UPDATE checkout.inventory SET available = available + $2 WHERE sku = $1', [
+        input.sku,
+        input.quantity,
+      ]);
+      await tx.query(
+        `UPDATE checkout.orders SET status = 'refunded', refund_id = $2, refunded_at = now(),
+           updated_at = now()
+         WHERE order_id = $1`,
+        [input.orderId, r.id],
+      );
+      await recordEvent(
+        tx,
+        ctx,
+        input.orderId,
+        `refunded ${r.amount} (${r.id}): no approval within ${timings.approvalTimeoutMs} ms`,
+      );
+      await resolvedUnknown(tx, ctx, 'stripe', unknown);
+      return { refundId: r.id, amount: r.amount };
+    },
+    { backoff, timeout: 60_000 },
+  );
+
+  const followUp = newAction(
+    'follow-up',
+    async (ctx, input: OrderInput): Promise<ReceiptOutput> => {
+      const unknown = await inheritedUnknown(ctx);
+      // Its own scope: key `${runId}:followUp:follow-up`, apart from the receipt's.
+      const mail = idempotentMail(p().mail, ctx, { ...p().mailOptions, scope: 'follow-up' });
+      const sent = await mail.send({
+        to: input.email,
+        from: p().mailFrom,
+        subject: `How is your order ${input.orderId}?`,
+        text: `Your ${input.quantity} × ${input.sku} shipped a while ago. Is everything as it should be? Just reply to this e-mail.`,
+        customArgs: { order_id: input.orderId, kind: 'follow_up' },
+      });
+      const tx = await ctx.completionTx();
+      await tx.query(
+        `UPDATE checkout.orders SET follow_up_message_id = $2, followed_up_at = now(),
+           updated_at = now()
+         WHERE order_id = $1`,
+        [input.orderId, sent.messageId],
+      );
+      await recordEvent(tx, ctx, input.orderId, `follow-up to ${input.email} (${sent.messageId})`);
+      await resolvedUnknown(tx, ctx, 'sendgrid', unknown);
+      return { messageId: sent.messageId };
     },
     { backoff, timeout: 60_000 },
   );
@@ -268,12 +405,29 @@ export function checkoutWorkflow(providers?: Providers) {
       charge: { action: charge, after: ['reserve'] },
       receipt: { action: receipt, after: ['charge'] },
       sms: { action: sms, after: ['charge'] },
-      fulfil: { action: fulfil, after: ['receipt', 'sms'] },
+      // Large orders wait for `approved` (no worker held meanwhile); small ones skip it at once.
+      approval: {
+        waitFor: APPROVAL_SIGNAL,
+        after: ['charge'],
+        timeoutMs: timings.approvalTimeoutMs,
+        when: (run) => needsApproval(run.amountCents),
+      },
+      // No approval in time: refund; approved or never held: ship. Exactly one of the two runs.
+      refund: { action: refund, after: ['approval'], when: (_run, up) => approvalTimedOut(up) },
+      fulfil: {
+        action: fulfil,
+        after: ['receipt', 'sms', 'approval'],
+        when: (_run, up) => !approvalTimedOut(up),
+      },
+      // A skipped fulfil does not skip its downstream nodes: follow up only what shipped.
+      followUp: {
+        action: followUp,
+        after: ['fulfil'],
+        delayMs: timings.followUpDelayMs,
+        when: (_run, up) => 'fulfil' in up,
+      },
     },
   });
 }
 
 export type CheckoutWorkflow = ReturnType<typeof checkoutWorkflow>;
-
-/** The nodes of a checkout run, in order. */
-export const NODES = ['reserve', 'charge', 'receipt', 'sms', 'fulfil'] as const;

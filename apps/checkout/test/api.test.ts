@@ -1,7 +1,8 @@
 /**
  * The order API (Fastify `inject`, a real database): idempotent submission by Idempotency-Key
- * or order id, the 4xx answers with their reasons, and GET of an order as its run progresses
- * (on an in-process worker and the provider fakes).
+ * or order id, the 4xx answers with their reasons, GET of an order as its run progresses, and
+ * the approval of a held order (on an in-process worker and the provider fakes, with waits of
+ * a fraction of a second).
  */
 import { Client, Worker } from '@cyclone/core';
 import { waitFor } from '@cyclone/testkit';
@@ -10,17 +11,24 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildApi, type OrderView } from '../src/api.js';
 import { type Fakes, startFakes } from '../src/fakes.js';
 import { providersFromEnv } from '../src/providers.js';
-import { checkoutWorkflow } from '../src/workflow.js';
+import { checkoutWorkflow, DEMO_TIMINGS, type Timings } from '../src/workflow.js';
 import { createTestDb, type TestDb } from './support/db.js';
 
 let db: TestDb;
 let client: Client;
 let app: FastifyInstance;
 
+/** The API's and the workers' (a timer and a timeout fixed at submit: both must agree). */
+const timings: Timings = { ...DEMO_TIMINGS, followUpDelayMs: 300, approvalTimeoutMs: 1_500 };
+
 beforeAll(async () => {
   db = await createTestDb();
   client = new Client({ connectionString: db.url, poolSize: 6 });
-  app = buildApi({ client, twilioAuthToken: 'test-token' });
+  app = buildApi({
+    client,
+    workflow: checkoutWorkflow(undefined, timings),
+    twilioAuthToken: 'test-token',
+  });
   await app.ready();
 });
 
@@ -189,12 +197,16 @@ describe('GET /orders/:id', () => {
     const before = await view(body.orderId);
     expect(before).toMatchObject({ orderId: body.orderId, runId, state: 'running' });
     expect(before.order).toMatchObject({ status: 'accepted', amountCents: 899, sku: 'gizmo' });
+    expect(before.approval).toBeNull(); // $8.99: never held
     expect(before.steps.map((s) => [s.node, s.state])).toEqual([
       ['reserve', 'available'],
       ['charge', 'pending'],
+      ['approval', 'pending'],
       ['receipt', 'pending'],
       ['sms', 'pending'],
+      ['refund', 'pending'],
       ['fulfil', 'pending'],
+      ['followUp', 'pending'],
     ]);
     expect(await view(runId)).toEqual(before);
 
@@ -205,7 +217,7 @@ describe('GET /orders/:id', () => {
       fakes = await startFakes();
       worker = new Worker({
         client,
-        workflows: [checkoutWorkflow(providersFromEnv({ ...fakes.env }))],
+        workflows: [checkoutWorkflow(providersFromEnv({ ...fakes.env }), timings)],
         concurrency: 4,
         pollIntervalMs: 50,
       });
@@ -219,8 +231,23 @@ describe('GET /orders/:id', () => {
         { timeoutMs: 20_000, intervalMs: 100 },
       );
       expect(done.state).toBe('completed');
-      expect(done.steps.every((s) => s.state === 'completed' && s.attempt === 1)).toBe(true);
+      // A small order skips its approval, so the refund too; the rest ran once each.
+      expect(done.steps.map((s) => [s.node, s.state, s.attempt])).toEqual([
+        ['reserve', 'completed', 1],
+        ['charge', 'completed', 1],
+        ['approval', 'skipped', 1],
+        ['receipt', 'completed', 1],
+        ['sms', 'completed', 1],
+        ['refund', 'skipped', 1],
+        ['fulfil', 'completed', 1],
+        ['followUp', 'completed', 1],
+      ]);
       expect(done.order.status).toBe('fulfilled');
+      // The follow-up e-mail's timer ran from the shipment, by the database's clock.
+      const fulfil = done.steps.find((s) => s.node === 'fulfil');
+      expect(Date.parse(done.order.followedUpAt ?? '')).toBeGreaterThanOrEqual(
+        Date.parse(fulfil?.completedAt ?? '') + timings.followUpDelayMs,
+      );
       expect(done.order.paymentIntent).toMatch(/^pi_/);
       expect(done.order.receiptMessageId).toBeTruthy();
       expect(done.order.smsSid).toMatch(/^SM/);
@@ -232,7 +259,16 @@ describe('GET /orders/:id', () => {
       expect(charged.map((pi) => [pi.id, pi.status, pi.amount])).toEqual([
         [done.order.paymentIntent, 'succeeded', 899],
       ]);
-      expect(fakes.sendgrid.sent.filter((m) => mine(m.customArgs.order_id))).toHaveLength(1);
+      // The receipt, then the follow-up (its own key: scope follow-up).
+      expect(
+        fakes.sendgrid.sent
+          .filter((m) => mine(m.customArgs.order_id))
+          .map((m) => [m.customArgs.kind ?? 'receipt', m.subject]),
+      ).toEqual([
+        ['receipt', `Your receipt for order ${body.orderId}`],
+        ['follow_up', `How is your order ${body.orderId}?`],
+      ]);
+      expect(done.order.followUpMessageId).toBeTruthy();
       expect(fakes.twilio.created.filter((m) => m.body.includes(`${body.orderId} `))).toHaveLength(
         1,
       );
@@ -240,6 +276,186 @@ describe('GET /orders/:id', () => {
       await worker?.stop({ graceMs: 2_000 });
       await fakes?.close();
     }
+  });
+});
+
+describe('POST /orders/:id/approve', () => {
+  let fakes: Fakes;
+  let worker: Worker;
+
+  beforeAll(async () => {
+    fakes = await startFakes();
+    worker = new Worker({
+      client,
+      workflows: [checkoutWorkflow(providersFromEnv({ ...fakes.env }), timings)],
+      concurrency: 4,
+      pollIntervalMs: 50,
+    });
+    await worker.start();
+  });
+
+  afterAll(async () => {
+    await worker?.stop({ graceMs: 2_000 });
+    await fakes?.close();
+  });
+
+  /** 5 gadgets: $247.50, over the $100 threshold. */
+  const large = () => order({ sku: 'gadget', quantity: 5 });
+  const approve = (id: string, body?: unknown) =>
+    app.inject({
+      method: 'POST',
+      url: `/orders/${id}/approve`,
+      ...(body === undefined
+        ? {}
+        : { headers: { 'content-type': 'application/json' }, payload: JSON.stringify(body) }),
+    });
+  const view = async (id: string) =>
+    (await app.inject({ method: 'GET', url: `/orders/${id}` })).json() as OrderView;
+  const settled = (id: string) =>
+    waitFor(
+      `order ${id} settled`,
+      async () => {
+        const v = await view(id);
+        return v.state !== 'running' ? v : undefined;
+      },
+      { timeoutMs: 20_000, intervalMs: 50 },
+    );
+  const states = (v: OrderView) => Object.fromEntries(v.steps.map((s) => [s.node, s.state]));
+  const signals = async (runId: string) =>
+    (
+      await db.pool.query<{ n: number }>(
+        'SELECT count(*)::int AS n FROM cyclone.cyclone_signals WHERE run_id = $1',
+        [runId],
+      )
+    ).rows[0]?.n;
+
+  it('answers 404 for an unknown order id or run id', async () => {
+    for (const id of ['no-such-order', '00000000-0000-4000-8000-000000000000']) {
+      const res = await approve(id);
+      expect(res.statusCode).toBe(404);
+      expect(res.json()).toMatchObject({ error: 'not_found' });
+    }
+  });
+
+  it('refuses to approve an order that is not held (up to $100): 409, nothing sent', async () => {
+    const body = order({ sku: 'gadget', quantity: 2 }); // $99.00
+    const { runId } = (await post(body)).json();
+    const res = await approve(body.orderId, { by: 'alice' });
+    expect(res.statusCode).toBe(409);
+    expect(res.json()).toMatchObject({ error: 'approval_not_required', runId });
+    expect(res.json().message).toContain('$99.00');
+    expect(await signals(runId)).toBe(0);
+    const done = await settled(body.orderId);
+    expect(done.approval).toBeNull();
+    expect(states(done)).toMatchObject({ approval: 'skipped', fulfil: 'completed' });
+  });
+
+  it('refuses a malformed approval: 400 with the issues', async () => {
+    const body = large();
+    const { runId } = (await post(body)).json();
+    for (const bad of [{ by: '' }, { who: 'alice' }]) {
+      const res = await approve(body.orderId, bad);
+      expect(res.statusCode).toBe(400);
+      expect(res.json().error).toBe('invalid_approval');
+    }
+    expect(await signals(runId)).toBe(0);
+  });
+
+  it('approves a held order while it waits: 202 once, then a replay; it ships, nothing refunded', async () => {
+    const body = large();
+    const { runId } = (await post(body)).json();
+    const waiting = await waitFor(
+      'the order waiting for its approval',
+      async () => {
+        const v = await view(body.orderId);
+        return v.approval?.state === 'waiting' ? v : undefined;
+      },
+      { timeoutMs: 10_000, intervalMs: 20 },
+    );
+    expect(Date.parse(waiting.approval?.deadline ?? '')).toBeGreaterThan(Date.now() - 1_000);
+    // Charged: it waits from then on, parked (scheduled) or about to be.
+    expect(states(waiting)).toMatchObject({ charge: 'completed', fulfil: 'pending' });
+    expect(['available', 'running', 'scheduled']).toContain(states(waiting).approval);
+
+    const first = await approve(runId, { by: 'alice' }); // by run id, too
+    expect(first.statusCode).toBe(202);
+    expect(first.json()).toEqual({
+      orderId: body.orderId,
+      runId,
+      accepted: true,
+      links: { self: `/orders/${body.orderId}` },
+    });
+    expect(first.headers.location).toBe(`/orders/${body.orderId}`);
+    expect(first.headers['idempotent-replayed']).toBeUndefined();
+    const again = await approve(body.orderId, { by: 'bob' });
+    expect(again.statusCode).toBe(202);
+    expect(again.json()).toMatchObject({ accepted: false });
+    expect(again.headers['idempotent-replayed']).toBe('true');
+
+    const done = await settled(body.orderId);
+    expect(done.state).toBe('completed');
+    // The first approval stands.
+    expect(done.approval).toEqual({ state: 'approved', deadline: null, by: 'alice' });
+    expect(states(done)).toMatchObject({
+      approval: 'completed',
+      refund: 'skipped',
+      fulfil: 'completed',
+      followUp: 'completed',
+    });
+    expect(done.order).toMatchObject({ status: 'fulfilled', refundId: null });
+    const pi = done.order.paymentIntent;
+    expect(fakes.stripe.objects('refund').filter((r) => r.payment_intent === pi)).toEqual([]);
+    expect(
+      fakes.shipping.effects.filter(
+        (e) => (e.body as { order_id?: string }).order_id === body.orderId,
+      ),
+    ).toHaveLength(1);
+
+    // Settled: nothing left to approve.
+    const late = await approve(body.orderId);
+    expect(late.statusCode).toBe(409);
+    expect(late.json()).toMatchObject({ error: 'order_finished', runId });
+  });
+
+  it('takes an approval sent before the order waits (stored, delivered when it is reached)', async () => {
+    const body = large();
+    const res = await post(body);
+    const early = await approve(body.orderId); // no body: by nobody in particular
+    expect(early.statusCode).toBe(202);
+    expect(early.json()).toMatchObject({ accepted: true, runId: res.json().runId });
+    const done = await settled(body.orderId);
+    expect(done.approval).toEqual({ state: 'approved', deadline: null, by: null });
+    expect(states(done)).toMatchObject({ fulfil: 'completed', refund: 'skipped' });
+  });
+
+  it('refunds a held order nobody approved in time, ships nothing, and refuses a late approval: 409', async () => {
+    const body = large();
+    const { runId } = (await post(body)).json();
+    const done = await settled(body.orderId);
+    expect(done.state).toBe('completed');
+    expect(done.approval).toEqual({ state: 'timed_out', deadline: null, by: null });
+    expect(states(done)).toMatchObject({
+      approval: 'completed',
+      refund: 'completed',
+      fulfil: 'skipped',
+      followUp: 'skipped',
+    });
+    expect(done.order).toMatchObject({ status: 'refunded', fulfilledAt: null });
+    expect(done.order.refundId).toMatch(/^re_/);
+    const refunds = fakes.stripe
+      .objects('refund')
+      .filter((r) => r.payment_intent === done.order.paymentIntent);
+    expect(refunds.map((r) => [r.id, r.amount])).toEqual([[done.order.refundId, 5 * 4_950]]);
+    expect(
+      fakes.shipping.effects.filter(
+        (e) => (e.body as { order_id?: string }).order_id === body.orderId,
+      ),
+    ).toEqual([]);
+
+    const late = await approve(body.orderId, { by: 'alice' });
+    expect(late.statusCode).toBe(409);
+    expect(late.json()).toMatchObject({ error: 'approval_timed_out', runId });
+    expect(await signals(runId)).toBe(0);
   });
 });
 

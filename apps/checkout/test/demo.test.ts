@@ -1,7 +1,8 @@
 /**
- * `pnpm demo` in a short configuration, as a child process on a test database: 60 orders, one
- * worker SIGKILLed mid-step, one dropped response per provider. It must exit 0 and its summary
- * must show every invariant.
+ * `pnpm demo` in a short configuration, as a child process on a test database: 60 orders (6 held
+ * for approval: 3 approved, 3 left to time out), one worker SIGKILLed mid-step, one dropped
+ * response per provider, follow-up e-mails on a timer. It must exit 0 and its summary must show
+ * every invariant.
  */
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -62,7 +63,7 @@ function runDemo(args: string[]): Promise<DemoResult> {
   );
 }
 
-it('runs 60 orders through a worker kill and three lost responses, every invariant holding', async () => {
+it('runs 60 orders through a worker kill, three lost responses, approvals and timers, every invariant holding', async () => {
   const r = await runDemo(['--orders', '60', '--kills', '1', '--json']);
   const why = `stdout:\n${r.stdout}\nstderr:\n${r.stderr.slice(-3000)}`;
   const line = r.stdout.split('\n').find((l) => l.startsWith('SUMMARY '));
@@ -83,16 +84,29 @@ it('runs 60 orders through a worker kill and three lost responses, every invaria
     runs: 60,
     runsCompleted: 60,
     charges: 60,
-    emails: 60,
+    // Orders 7, 27, 47 approved; 17, 37, 57 timed out and refunded.
+    held: 6,
+    heldApproved: 3,
+    heldTimedOut: 3,
+    approvalsSent: 3,
+    approvalsInTime: 3,
+    refunds: 3,
+    emails: 117,
+    receipts: 60,
+    followUps: 57,
     sms: 60,
-    shipments: 60,
+    shipments: 57,
     duplicates: 0,
     workersKilled: 1,
     responsesDropped: 3,
     unresolvedLedgerKeys: 0,
-    completionTxRows: 300,
-    ordersFulfilled: 60,
+    // reserve, charge, receipt, sms for each; fulfil and followUp for 57, refund for 3.
+    completionTxRows: 60 * 4 + 57 * 2 + 3,
+    ordersFulfilled: 57,
+    ordersRefunded: 3,
   });
+  // Never before its time, by PostgreSQL's clock.
+  expect(f.followUpEarliestAfterDueMs).toBeGreaterThanOrEqual(0);
   // Exactly what the killed worker still held is run again: no more, no less.
   expect(f.stepsHeldByKilledWorkers).toBeGreaterThanOrEqual(1);
   expect(f.stepsRecoveredFromDeadWorkers).toBe(f.stepsHeldByKilledWorkers);

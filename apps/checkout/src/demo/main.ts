@@ -5,11 +5,15 @@
  *  2. The Stripe, SendGrid and Twilio fakes, in this process (they count every real effect).
  *  3. The API (a child process) and three worker processes.
  *  4. The load generator sends N orders over HTTP; 20 % of them are sent again after a client
- *     timeout. Meanwhile a worker holding steps is SIGKILLed every few seconds and replaced,
- *     and each provider once drops its response after doing the work (a lost response).
+ *     timeout; one in ten is over $100 and held for approval, and half of those are approved
+ *     (the others time out and are refunded). Meanwhile a worker holding steps is SIGKILLed
+ *     every few seconds and replaced, and each provider once drops its response after doing
+ *     the work (a lost response). The waits are short (`CHECKOUT_TIMINGS=demo`): follow-up
+ *     e-mails 1.5 s after the shipment, approvals time out after 4 s.
  *  5. When every run has finished, the summary: what happened, and each invariant Cyclone
  *     promises (one run per order; one charge, one e-mail, one SMS per order; completion-tx
- *     writes exactly once; …). Exit 0 only when all of them hold.
+ *     writes exactly once; each held order approved or refunded, never both; …). Exit 0 only
+ *     when all of them hold.
  */
 import { randomBytes } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
@@ -21,6 +25,7 @@ import { cycloneDir, resolveDatabase } from '../db.js';
 import { pumpSendgridEvents, startFakes } from '../fakes.js';
 import { realProviders } from '../providers.js';
 import { migrateCheckout, restock } from '../schema.js';
+import { DEMO_TIMINGS } from '../workflow.js';
 import { startChaos } from './chaos.js';
 import { runLoad } from './load.js';
 import { parseOptions, USAGE } from './options.js';
@@ -77,6 +82,9 @@ async function main(): Promise<number> {
       TWILIO_AUTH_TOKEN: '',
       PUBLIC_URL: '', // the API answers on its own address
       EXIT_WITH_PARENT: '1', // if this process dies, its children follow
+      // Timers and approval timeouts in seconds: the API (which fixes a run's timers at submit)
+      // and the workers must agree.
+      CHECKOUT_TIMINGS: 'demo',
     };
 
     const api = new Child(
@@ -118,7 +126,7 @@ async function main(): Promise<number> {
       `demo: ${opts.orders} orders (batch ${prefix}) → API ${apiUrl}, workers ${workers.map((w) => `${w.name} (pid ${w.pid})`).join(', ')}`,
     );
     say(
-      `demo: reserve → charge (Stripe) → receipt (SendGrid) ‖ sms (Twilio) → fulfil; logs in ${relative(process.env.INIT_CWD ?? process.cwd(), logDir) || logDir}`,
+      `demo: reserve → charge (Stripe) → receipt (SendGrid) ‖ sms (Twilio) ‖ approval (over $100, ${DEMO_TIMINGS.approvalTimeoutMs / 1000} s, else refund) → fulfil → follow-up (SendGrid, ${DEMO_TIMINGS.followUpDelayMs / 1000} s later); logs in ${relative(process.env.INIT_CWD ?? process.cwd(), logDir) || logDir}`,
     );
 
     const stock = async () =>
@@ -284,6 +292,7 @@ async function main(): Promise<number> {
       stockBefore,
       stockAfter: await stock(),
       wallSeconds: (Date.now() - started) / 1000,
+      timings: DEMO_TIMINGS,
     });
     await stopped;
     say('');
@@ -333,12 +342,13 @@ async function waitingFor(
     order_id: string;
     node: string;
     state: string;
+    wait_for: string | null;
     owner: string | null;
     in_ms: number | null;
     snoozes: number;
     error: string | null;
   }>(
-    `SELECT o.order_id, s.node, s.state, s.lease_owner AS owner,
+    `SELECT o.order_id, s.node, s.state, s.wait_for, s.lease_owner AS owner,
             (extract(epoch FROM (CASE WHEN s.state = 'running' THEN s.lease_expires_at
                                       ELSE s.scheduled_at END) - now()) * 1000)::int AS in_ms,
             s.snoozes, s.errors -> -1 ->> 'message' AS error
@@ -363,11 +373,14 @@ async function waitingFor(
       ? "a provider's quiet period after a lost response"
       : 'a backoff';
     what = `retry in ${secs(s.in_ms)} (${why})`;
+  } else if (s.state === 'scheduled' && s.wait_for) {
+    // A held order whose approval did not come: it times out, then is refunded.
+    what = `waiting for '${s.wait_for}' (times out in ${secs(s.in_ms)})`;
   } else if (s.state === 'scheduled' && s.snoozes > 0) {
     // The ledger snoozes a step whose earlier call may still be in flight at the provider.
     what = `snoozed for ${secs(s.in_ms)} (a provider's quiet period after a lost response)`;
   } else if (s.state === 'scheduled') {
-    what = `due in ${secs(s.in_ms)}`;
+    what = `its timer: due in ${secs(s.in_ms)}`;
   } else {
     what = 'claimable, for the next free worker';
   }

@@ -5,7 +5,7 @@
 import type { Client } from '@cyclone/core';
 import Table from 'cli-table3';
 import type { Fakes } from '../fakes.js';
-import { NODES } from '../workflow.js';
+import { APPROVAL_SIGNAL, needsApproval, type Timings } from '../workflow.js';
 import type { HeldStep } from './chaos.js';
 import type { LoadResult } from './load.js';
 
@@ -19,14 +19,25 @@ export interface Figures {
   runsCompleted: number;
   runsFailed: number;
   charges: number;
+  /** Refunds at the Stripe fake (held orders whose approval timed out). */
+  refunds: number;
   emails: number;
+  /** Of the e-mails: receipts, and follow-ups (`customArgs.kind`). */
+  receipts: number;
+  followUps: number;
   sms: number;
   /** Shipments booked at the shipping API fake (`@cyclone/http`). */
   shipments: number;
   /** Effects beyond one per order, over the providers and the completion-tx writes. */
   duplicates: number;
   /** Provider requests (each attempt that reached a fake, re-sends included). */
-  providerRequests: { stripe: number; sendgrid: number; twilio: number; shipping: number };
+  providerRequests: {
+    stripe: number;
+    refunds: number;
+    sendgrid: number;
+    twilio: number;
+    shipping: number;
+  };
   stepsWithRetries: number;
   /** Steps the killed workers still held when their sessions ended. */
   stepsHeldByKilledWorkers: number;
@@ -42,6 +53,17 @@ export interface Figures {
   unresolvedLedgerKeys: number;
   completionTxRows: number;
   ordersFulfilled: number;
+  ordersRefunded: number;
+  /** Orders over the approval threshold, and how each ended. */
+  held: number;
+  heldApproved: number;
+  heldTimedOut: number;
+  /** Approvals the load generator sent (202), and those stored by their deadline. */
+  approvalsSent: number;
+  approvalsInTime: number;
+  /** The follow-up's timer, and how long after its due time the earliest follow-up was sent. */
+  followUpDelayMs: number;
+  followUpEarliestAfterDueMs: number | null;
   stockTaken: number;
   stockOrdered: number;
   wallSeconds: number;
@@ -76,6 +98,28 @@ export interface VerdictInput {
   stockBefore: number;
   stockAfter: number;
   wallSeconds: number;
+  timings: Timings;
+}
+
+/** One order of the batch: its amount and how its run ended, by PostgreSQL's clock. */
+interface OrderOutcome {
+  order_id: string;
+  amount_cents: number;
+  quantity: number;
+  status: string;
+  approval_state: string | null;
+  timed_out: boolean;
+  signal: boolean;
+  /** The approval signal was stored by the wait's deadline. */
+  signal_in_time: boolean | null;
+  fulfil_state: string | null;
+  refund_state: string | null;
+  follow_state: string | null;
+  /** The follow-up's first call (ledger) and its step's start, minus its due time, ms. */
+  follow_call_after_due_ms: number | null;
+  follow_start_after_due_ms: number | null;
+  /** Completed steps that write on their completion transaction (every node but the wait). */
+  writing_steps: number;
 }
 
 /** Counts effects per order id: how many orders have 0, and how many effects are extra. */
@@ -109,8 +153,10 @@ export async function verdict(v: VerdictInput): Promise<Verdict> {
      FROM cyclone.cyclone_runs WHERE workflow = 'checkout' AND input->>'orderId' LIKE $1`,
     [like],
   );
+  // A wait node is claimed again when its signal or deadline comes: not a retry.
   const steps = await q<{ retried: number }>(
-    'SELECT count(*) FILTER (WHERE attempt > 1)::int AS retried FROM cyclone.cyclone_steps WHERE run_id = ANY($1::uuid[])',
+    `SELECT count(*) FILTER (WHERE attempt > 1 AND wait_for IS NULL)::int AS retried
+     FROM cyclone.cyclone_steps WHERE run_id = ANY($1::uuid[])`,
     [runIds],
   );
   // A held step recovered from its dead worker: the sweep recorded the expiry of that very
@@ -136,12 +182,47 @@ export async function verdict(v: VerdictInput): Promise<Verdict> {
      FROM checkout.order_events WHERE order_id LIKE $1`,
     [like],
   );
-  const orders = await q<{ fulfilled: number; quantity: number }>(
+  const orders = await q<{ fulfilled: number; refunded: number; quantity: number }>(
     `SELECT count(*) FILTER (WHERE status = 'fulfilled')::int AS fulfilled,
-            coalesce(sum(quantity), 0)::int AS quantity
+            count(*) FILTER (WHERE status = 'refunded')::int AS refunded,
+            coalesce(sum(quantity) FILTER (WHERE status <> 'refunded'), 0)::int AS quantity
      FROM checkout.orders WHERE order_id LIKE $1`,
     [like],
   );
+  // How each order ended: its approval, the branch that ran, the follow-up's times. The times
+  // are PostgreSQL's: the follow-up is due at fulfil's completion plus its timer.
+  const outcomes = (
+    await v.client.pool.query<OrderOutcome>(
+      `SELECT o.order_id, o.amount_cents, o.quantity, o.status,
+              a.state AS approval_state,
+              coalesce((a.output ->> 'timedOut')::boolean, false) AS timed_out,
+              g.run_id IS NOT NULL AS signal,
+              g.created_at <= a.wait_deadline AS signal_in_time,
+              f.state AS fulfil_state, rf.state AS refund_state, u.state AS follow_state,
+              (extract(epoch FROM (
+                 (SELECT min(l.created_at) FROM cyclone.cyclone_idempotency l
+                  WHERE l.run_id = o.run_id AND l.node = 'followUp')
+                 - (f.completed_at + make_interval(secs => u.delay_ms / 1000.0)))) * 1000
+              )::float8 AS follow_call_after_due_ms,
+              (extract(epoch FROM (
+                 u.started_at - (f.completed_at + make_interval(secs => u.delay_ms / 1000.0)))) * 1000
+              )::float8 AS follow_start_after_due_ms,
+              (SELECT count(*) FROM cyclone.cyclone_steps s
+               WHERE s.run_id = o.run_id AND s.state = 'completed' AND s.wait_for IS NULL
+              )::int AS writing_steps
+       FROM checkout.orders o
+       LEFT JOIN cyclone.cyclone_steps a ON a.run_id = o.run_id AND a.node = 'approval'
+       LEFT JOIN cyclone.cyclone_steps f ON f.run_id = o.run_id AND f.node = 'fulfil'
+       LEFT JOIN cyclone.cyclone_steps rf ON rf.run_id = o.run_id AND rf.node = 'refund'
+       LEFT JOIN cyclone.cyclone_steps u ON u.run_id = o.run_id AND u.node = 'followUp'
+       LEFT JOIN cyclone.cyclone_signals g ON g.run_id = o.run_id AND g.name = $2
+       WHERE o.order_id LIKE $1`,
+      [like, APPROVAL_SIGNAL],
+    )
+  ).rows;
+  const shippedIds = outcomes.filter((o) => o.fulfil_state === 'completed').map((o) => o.order_id);
+  const refundedIds = outcomes.filter((o) => o.refund_state === 'completed').map((o) => o.order_id);
+  const expectedTxRows = outcomes.reduce((n, o) => n + o.writing_steps, 0);
   const unknown = await v.client.pool.query<{ provider: string; resolved_by: string; n: number }>(
     `SELECT provider, resolved_by, count(*)::int AS n FROM checkout.unknown_outcomes
      WHERE run_id = ANY($1::uuid[]) GROUP BY 1, 2 ORDER BY 1, 2`,
@@ -155,21 +236,38 @@ export async function verdict(v: VerdictInput): Promise<Verdict> {
 
   // At the fakes: one effect per order, matched by the order id each effect carries.
   const { stripe, sendgrid, twilio, shipping } = v.fakes;
+  const orderOfPi = new Map(
+    stripe
+      .objects('payment_intent')
+      .map((pi) => [pi.id, (pi.metadata as Record<string, string> | undefined)?.order_id]),
+  );
   const succeeded = stripe
     .objects('payment_intent')
     .filter((pi) => pi.status === 'succeeded')
-    .map((pi) => (pi.metadata as Record<string, string> | undefined)?.order_id);
+    .map((pi) => orderOfPi.get(pi.id));
   const charges = perOrder(orderIds, succeeded);
+  // A refund names its payment intent, which names its order.
+  const refunds = perOrder(
+    refundedIds,
+    stripe.objects('refund').map((r) => orderOfPi.get(String(r.payment_intent))),
+  );
+  const isFollowUp = (m: { customArgs: Record<string, string> }) =>
+    m.customArgs.kind === 'follow_up';
   const mails = perOrder(
     orderIds,
-    sendgrid.sent.map((m) => m.customArgs.order_id),
+    sendgrid.sent.filter((m) => !isFollowUp(m)).map((m) => m.customArgs.order_id),
+  );
+  const followUps = perOrder(
+    shippedIds,
+    sendgrid.sent.filter(isFollowUp).map((m) => m.customArgs.order_id),
   );
   const texts = perOrder(
     orderIds,
     twilio.created.map((m) => /^Order (\S+) /.exec(m.body)?.[1]),
   );
+  // Shipped orders only: a shipment of a refunded order counts as foreign.
   const shipments = perOrder(
-    orderIds,
+    shippedIds,
     shipping.effects.map((e) => {
       const id = (e.body as { order_id?: unknown } | null)?.order_id;
       return typeof id === 'string' ? id : undefined;
@@ -178,12 +276,79 @@ export async function verdict(v: VerdictInput): Promise<Verdict> {
   const eventDuplicates = events.rows - events.pairs;
   const duplicates =
     charges.extra +
+    refunds.extra +
     mails.extra +
+    followUps.extra +
     texts.extra +
     shipments.extra +
     eventDuplicates +
     Math.max(0, runs.runs - orderIds.length);
   const unknownResolved = unknown.rows.reduce((s, r) => s + r.n, 0);
+
+  // Approvals: how each held order ended, against what the approver did.
+  const held = outcomes.filter((o) => needsApproval(o.amount_cents));
+  const small = outcomes.filter((o) => !needsApproval(o.amount_cents));
+  const approved = held.filter((o) => o.approval_state === 'completed' && !o.timed_out);
+  const timedOut = held.filter((o) => o.approval_state === 'completed' && o.timed_out);
+  const sent = [...v.load.approvals].filter(([, a]) => a.status === 202);
+  const tooLate = v.load.approvals.size - sent.length;
+  const inTime = held.filter((o) => o.signal && o.signal_in_time === true);
+  const effectsOf = (c: Map<string, number>, id: string) => c.get(id) ?? 0;
+  const count = (ids: (string | undefined)[]) => {
+    const m = new Map<string, number>();
+    for (const id of ids) if (id) m.set(id, (m.get(id) ?? 0) + 1);
+    return m;
+  };
+  const chargesBy = count(succeeded);
+  const refundsBy = count(
+    stripe.objects('refund').map((r) => orderOfPi.get(String(r.payment_intent))),
+  );
+  const shipmentsBy = count(
+    shipping.effects.map((e) => (e.body as { order_id?: string } | null)?.order_id),
+  );
+  const followUpsBy = count(sendgrid.sent.filter(isFollowUp).map((m) => m.customArgs.order_id));
+  /** Why a held order did not end exactly one way, or undefined when it did. */
+  const heldProblem = (o: OrderOutcome): string | undefined => {
+    const id = o.order_id;
+    if (o.approval_state !== 'completed') return `${id}: approval ${o.approval_state}`;
+    // The rule: an approval counts when it was stored by the deadline (both PostgreSQL's).
+    if (!o.timed_out !== (o.signal && o.signal_in_time === true)) {
+      return `${id}: ${o.timed_out ? 'timed out' : 'approved'} with ${o.signal ? (o.signal_in_time ? 'an approval in time' : 'a late approval') : 'no approval'}`;
+    }
+    if (v.load.leftToTimeOut.includes(id) && !o.timed_out) return `${id}: approved by nobody`;
+    const effects = `${effectsOf(chargesBy, id)} charge, ${effectsOf(refundsBy, id)} refund, ${effectsOf(shipmentsBy, id)} shipment, ${effectsOf(followUpsBy, id)} follow-up`;
+    const ok = o.timed_out
+      ? o.refund_state === 'completed' &&
+        o.fulfil_state === 'skipped' &&
+        o.follow_state === 'skipped' &&
+        o.status === 'refunded' &&
+        effects === '1 charge, 1 refund, 0 shipment, 0 follow-up'
+      : o.fulfil_state === 'completed' &&
+        o.refund_state === 'skipped' &&
+        o.follow_state === 'completed' &&
+        o.status === 'fulfilled' &&
+        effects === '1 charge, 0 refund, 1 shipment, 1 follow-up';
+    return ok
+      ? undefined
+      : `${id}: ${o.timed_out ? 'timed out' : 'approved'}, fulfil ${o.fulfil_state}, refund ${o.refund_state}, follow-up ${o.follow_state}, ${o.status}; ${effects}`;
+  };
+  const heldProblems = held.map(heldProblem).filter((p): p is string => p !== undefined);
+  const smallProblems = small
+    .filter((o) => o.approval_state !== 'skipped' || o.signal)
+    .map((o) => `${o.order_id}: approval ${o.approval_state}${o.signal ? ', signalled' : ''}`);
+
+  // Follow-ups: none before its time, by the ledger's first call and the step's start.
+  const followTimes = outcomes.filter((o) => o.fulfil_state === 'completed');
+  const early = followTimes.filter(
+    (o) =>
+      o.follow_call_after_due_ms === null ||
+      o.follow_call_after_due_ms < 0 ||
+      (o.follow_start_after_due_ms ?? -1) < 0,
+  );
+  const afterDue = followTimes
+    .map((o) => o.follow_call_after_due_ms)
+    .filter((x): x is number => x !== null);
+  const earliestAfterDue = afterDue.length > 0 ? Math.min(...afterDue) : null;
 
   const figures: Figures = {
     ordersSent: v.ordersSent,
@@ -195,12 +360,16 @@ export async function verdict(v: VerdictInput): Promise<Verdict> {
     runsCompleted: runs.completed,
     runsFailed: runs.failed,
     charges: stripe.count('charge'),
+    refunds: stripe.count('refund'),
     emails: sendgrid.effects,
+    receipts: sendgrid.sent.filter((m) => !isFollowUp(m)).length,
+    followUps: sendgrid.sent.filter(isFollowUp).length,
     sms: twilio.effects,
     shipments: shipping.count(),
     duplicates,
     providerRequests: {
       stripe: stripe.requestsTo('POST', '/v1/payment_intents').length,
+      refunds: stripe.requestsTo('POST', '/v1/refunds').length,
       sendgrid: sendgrid.sendRequests.length,
       twilio: twilio.createRequests.length,
       shipping: shipping.keyedRequests.length,
@@ -220,6 +389,14 @@ export async function verdict(v: VerdictInput): Promise<Verdict> {
     unresolvedLedgerKeys: ledger.open,
     completionTxRows: events.rows,
     ordersFulfilled: orders.fulfilled,
+    ordersRefunded: orders.refunded,
+    held: held.length,
+    heldApproved: approved.length,
+    heldTimedOut: timedOut.length,
+    approvalsSent: sent.length,
+    approvalsInTime: inTime.length,
+    followUpDelayMs: v.timings.followUpDelayMs,
+    followUpEarliestAfterDueMs: earliestAfterDue,
     stockTaken: v.stockBefore - v.stockAfter,
     stockOrdered: orders.quantity,
     wallSeconds: v.wallSeconds,
@@ -257,18 +434,59 @@ export async function verdict(v: VerdictInput): Promise<Verdict> {
       detail: `${runs.completed} completed, ${runs.failed} failed, ${runs.runs - runs.completed - runs.failed} other`,
     },
     effectCheck('charge (Stripe)', charges),
-    effectCheck('e-mail (SendGrid)', mails),
+    effectCheck('receipt e-mail (SendGrid)', mails),
     effectCheck('SMS (Twilio)', texts),
-    effectCheck('shipment (shipping API)', shipments),
     {
-      name: 'completion-transaction writes exactly once',
-      ok: events.rows === accepted * NODES.length && events.pairs === events.rows,
-      detail: `${events.rows} rows for ${events.pairs} (order, node) pairs; ${accepted * NODES.length} expected`,
+      ...effectCheck('shipment (shipping API)', shipments),
+      name: 'exactly one shipment (shipping API) per shipped order, none for a refunded one',
+      detail: `${shipments.total} for ${shippedIds.length} shipped orders: ${shipments.missing} missing, ${shipments.extra} duplicated, ${shipments.foreign} for other orders`,
     },
     {
-      name: 'stock taken once per order, every order fulfilled',
-      ok: figures.stockTaken === figures.stockOrdered && orders.fulfilled === accepted,
-      detail: `${figures.stockTaken} units taken for ${figures.stockOrdered} ordered; ${orders.fulfilled} / ${accepted} fulfilled`,
+      ...effectCheck('refund (Stripe)', refunds),
+      name: 'exactly one refund (Stripe) per timed-out order, none for the others',
+      detail: `${refunds.total} for ${refundedIds.length} timed-out orders: ${refunds.missing} missing, ${refunds.extra} duplicated, ${refunds.foreign} for other orders`,
+    },
+    {
+      name: 'completion-transaction writes exactly once',
+      ok:
+        events.rows === expectedTxRows &&
+        events.pairs === events.rows &&
+        outcomes.length === accepted,
+      detail: `${events.rows} rows for ${events.pairs} (order, node) pairs; ${expectedTxRows} completed steps`,
+    },
+    {
+      name: 'stock taken once per shipped order (put back when refunded), every order shipped or refunded',
+      ok:
+        figures.stockTaken === figures.stockOrdered &&
+        orders.fulfilled + orders.refunded === accepted &&
+        orders.fulfilled === shippedIds.length &&
+        orders.refunded === refundedIds.length,
+      detail: `${figures.stockTaken} units taken for ${figures.stockOrdered} shipped; ${orders.fulfilled} fulfilled + ${orders.refunded} refunded of ${accepted}`,
+    },
+    {
+      name: 'orders up to $100 never held',
+      ok: smallProblems.length === 0,
+      detail:
+        smallProblems.length === 0
+          ? `${small.length} / ${small.length} skipped their approval, none waited`
+          : `${smallProblems.length} held: ${smallProblems.slice(0, 3).join('; ')}`,
+    },
+    {
+      name: 'held orders ended exactly one way',
+      // Both ways shown (an approver too slow everywhere would leave only refunds).
+      ok:
+        heldProblems.length === 0 &&
+        (held.length < 2 || (approved.length > 0 && timedOut.length > 0)),
+      detail: `${held.length} held: ${approved.length} approved → charged once, shipped; ${timedOut.length} timed out → refunded once, not shipped (approvals: ${sent.length} accepted, ${inTime.length} by the deadline${tooLate ? `, ${tooLate} refused as too late` : ''}; ${v.load.leftToTimeOut.length} left to time out)${heldProblems.length ? `; ${heldProblems.length} otherwise: ${heldProblems.slice(0, 3).join('; ')}` : ''}`,
+    },
+    {
+      name: 'exactly one follow-up e-mail (SendGrid) per shipped order, never before its time',
+      ok:
+        followUps.missing === 0 &&
+        followUps.extra === 0 &&
+        followUps.foreign === 0 &&
+        early.length === 0,
+      detail: `${followUps.total} for ${shippedIds.length} shipped orders: ${followUps.missing} missing, ${followUps.extra} duplicated, ${followUps.foreign} for refunded; ${early.length} before ${v.timings.followUpDelayMs} ms after the shipment${earliestAfterDue !== null ? ` (the earliest sent ${Math.round(earliestAfterDue)} ms after its time, by PostgreSQL's clock)` : ''}`,
     },
     {
       name: 'no unresolved provider call',
@@ -313,8 +531,13 @@ export function render(v: Verdict): string {
     ['runs completed', f.runsCompleted],
     ['charges counted at the Stripe fake', `${f.charges} (${f.providerRequests.stripe} requests)`],
     [
+      'orders held for approval (over $100)',
+      `${f.held}: ${f.heldApproved} approved → shipped, ${f.heldTimedOut} timed out → refunded`,
+    ],
+    ['refunds counted at the Stripe fake', `${f.refunds} (${f.providerRequests.refunds} requests)`],
+    [
       'e-mails counted at the SendGrid fake',
-      `${f.emails} (${f.providerRequests.sendgrid} requests)`,
+      `${f.emails}: ${f.receipts} receipts, ${f.followUps} follow-ups (${f.providerRequests.sendgrid} requests)`,
     ],
     ['SMS counted at the Twilio fake', `${f.sms} (${f.providerRequests.twilio} requests)`],
     [
