@@ -25,6 +25,7 @@ export interface Fakes {
 
 /** Starts the fakes on free ports. */
 export async function startFakes(): Promise<Fakes> {
+  const stripeStartedAt = new Date().toISOString();
   const stripe = await FakeStripe.start();
   const sendgrid = await FakeSendGrid.start({
     apiKey: FAKE_CREDENTIALS.sendgridKey,
@@ -42,6 +43,7 @@ export async function startFakes(): Promise<Fakes> {
     twilio: twilio.origin,
     shipping: shipping.url,
     sendgridVerificationKey: sendgrid.verificationKey,
+    stripeStartedAt,
   };
   return {
     stripe,
@@ -55,6 +57,7 @@ export async function startFakes(): Promise<Fakes> {
       FAKE_TWILIO_URL: urls.twilio,
       FAKE_SHIPPING_URL: shipping.url,
       SENDGRID_WEBHOOK_VERIFICATION_KEY: sendgrid.verificationKey,
+      FAKE_STRIPE_STARTED_AT: stripeStartedAt,
     },
     async close() {
       await Promise.allSettled([

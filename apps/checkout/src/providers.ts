@@ -49,6 +49,8 @@ export interface FakeUrls {
   shipping?: string;
   /** The public key the SendGrid fake signs its Event Webhook posts with (base64 DER). */
   sendgridVerificationKey?: string;
+  /** When the Stripe fake started (ISO): it holds no payment of an order made before. */
+  stripeStartedAt?: string;
 }
 
 /** The file the standalone fakes process writes its URLs to. */
@@ -60,6 +62,11 @@ export type MailService = ReturnType<typeof createMailService>;
 export interface Providers {
   stripe: Stripe;
   stripeOptions: IdempotentStripeOptions;
+  /**
+   * Since when this Stripe account takes the shop's payments, if known: the reconciliation does
+   * not look for older orders' payments there (each fake is a new account).
+   */
+  stripeAccountSince?: Date;
   mail: MailService;
   mailOptions: IdempotentMailOptions;
   mailFrom: string;
@@ -95,6 +102,7 @@ export function fakeUrls(env: Env = process.env): FakeUrls {
       twilio: env.FAKE_TWILIO_URL,
       ...(env.FAKE_SHIPPING_URL ? { shipping: env.FAKE_SHIPPING_URL } : {}),
       sendgridVerificationKey: env.SENDGRID_WEBHOOK_VERIFICATION_KEY,
+      ...(env.FAKE_STRIPE_STARTED_AT ? { stripeStartedAt: env.FAKE_STRIPE_STARTED_AT } : {}),
     };
   }
   const file = fakesFile();
@@ -120,6 +128,7 @@ export function providersFromEnv(env: Env = process.env): Providers {
 
   let stripe: Stripe;
   let stripeOptions: IdempotentStripeOptions;
+  let stripeAccountSince: Date | undefined;
   if (real.stripe) {
     stripe = new Stripe(env.STRIPE_SECRET_KEY as string, { maxNetworkRetries: 2, timeout: 30_000 });
     stripeOptions = {};
@@ -137,6 +146,8 @@ export function providersFromEnv(env: Env = process.env): Providers {
       timeout: 5_000,
     });
     stripeOptions = {};
+    const started = (fakes as FakeUrls).stripeStartedAt;
+    if (started) stripeAccountSince = new Date(started);
     describe.push(`stripe: the fake at ${u.origin}`);
   }
 
@@ -215,6 +226,7 @@ export function providersFromEnv(env: Env = process.env): Providers {
   return {
     stripe,
     stripeOptions,
+    ...(stripeAccountSince ? { stripeAccountSince } : {}),
     mail,
     mailOptions,
     mailFrom,

@@ -7,14 +7,17 @@
  * else the fakes). Prints `READY <pid> <workerId>` on stdout once it claims work; SIGTERM or
  * SIGINT stops it gracefully (in-flight steps finish).
  *
+ * It carries the payment reconciliation's cron schedule (reconcile.ts), like every worker.
+ * CHECKOUT_TIMINGS=demo shortens the waits (workflow.ts `Timings`); the API must have the same.
  * WORKER_CONCURRENCY (default 10) and WORKER_LEASE_MS (default 5,000) tune it; the demo uses
  * short leases so that a killed worker's steps come back within seconds.
  */
 import { Client, consoleLogger, Worker } from '@cyclone/core';
 import { resolveDatabase } from './db.js';
 import { providersFromEnv } from './providers.js';
+import { reconcileSchedule, reconcileWorkflow } from './reconcile.js';
 import { migrateCheckout } from './schema.js';
-import { checkoutWorkflow } from './workflow.js';
+import { checkoutWorkflow, timingsFromEnv } from './workflow.js';
 
 const num = (name: string, def: number) => {
   const v = Number(process.env[name] ?? def);
@@ -30,9 +33,13 @@ const client = new Client({ connectionString: db.connectionString, logger, poolS
 await migrateCheckout(client);
 const providers = providersFromEnv();
 const leaseMs = num('WORKER_LEASE_MS', 5_000);
+const timings = timingsFromEnv();
+const reconcile = reconcileWorkflow(providers, timings);
 const worker = new Worker({
   client,
-  workflows: [checkoutWorkflow(providers)],
+  workflows: [checkoutWorkflow(providers, timings), reconcile],
+  // Every worker carries it: each fire time still makes exactly one run.
+  schedules: [reconcileSchedule(reconcile, timings)],
   concurrency: num('WORKER_CONCURRENCY', 10),
   leaseMs,
   sweepIntervalMs: Math.max(250, Math.round(leaseMs / 4)),

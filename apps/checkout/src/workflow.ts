@@ -69,24 +69,32 @@ export const needsApproval = (amountCents: number): boolean =>
 /** The signal that approves a held order. */
 export const APPROVAL_SIGNAL = 'approved';
 
-/** The waits of the workflow. */
+/** The waits of the workflow and of the reconciliation schedule. */
 export interface Timings {
   /** From the shipment (`fulfil` completed) to the follow-up e-mail, ms. */
   followUpDelayMs: number;
   /** How long a held order waits for its approval before it is refunded, ms. */
   approvalTimeoutMs: number;
+  /** When the payment reconciliation runs (cron, 5 fields, or 6 with seconds first; UTC). */
+  reconcileCron: string;
+  /** How far back a reconciliation looks at orders and Stripe's payments, ms. */
+  reconcileLookbackMs: number;
 }
 
-/** A shop's: a follow-up three days after the shipment, a day to approve. */
+/** A shop's: a follow-up three days after the shipment, a day to approve, reconcile every 15 min. */
 export const REAL_TIMINGS: Timings = Object.freeze({
   followUpDelayMs: 3 * 86_400_000,
   approvalTimeoutMs: 86_400_000,
+  reconcileCron: '*/15 * * * *',
+  reconcileLookbackMs: 86_400_000,
 });
 
 /** The demo's: everything within seconds. */
 export const DEMO_TIMINGS: Timings = Object.freeze({
   followUpDelayMs: 1_500,
   approvalTimeoutMs: 4_000,
+  reconcileCron: '*/3 * * * * *',
+  reconcileLookbackMs: 86_400_000,
 });
 
 /**

@@ -1,8 +1,8 @@
 /**
  * `pnpm demo` in a short configuration, as a child process on a test database: 60 orders (6 held
  * for approval: 3 approved, 3 left to time out), one worker SIGKILLed mid-step, one dropped
- * response per provider, follow-up e-mails on a timer. It must exit 0 and its summary must show
- * every invariant.
+ * response per provider, follow-up e-mails on a timer, the payment reconciliation every few
+ * seconds. It must exit 0 and its summary must show every invariant.
  */
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -63,7 +63,7 @@ function runDemo(args: string[]): Promise<DemoResult> {
   );
 }
 
-it('runs 60 orders through a worker kill, three lost responses, approvals and timers, every invariant holding', async () => {
+it('runs 60 orders through a worker kill, three lost responses, approvals, timers and a schedule, every invariant holding', async () => {
   const r = await runDemo(['--orders', '60', '--kills', '1', '--json']);
   const why = `stdout:\n${r.stdout}\nstderr:\n${r.stderr.slice(-3000)}`;
   const line = r.stdout.split('\n').find((l) => l.startsWith('SUMMARY '));
@@ -107,6 +107,11 @@ it('runs 60 orders through a worker kill, three lost responses, approvals and ti
   });
   // Never before its time, by PostgreSQL's clock.
   expect(f.followUpEarliestAfterDueMs).toBeGreaterThanOrEqual(0);
+  // The reconciliation fired at every fire time, and its last run matched everything.
+  expect(f.reconciliation).toMatchObject({ missing: 0, duplicated: 0, discrepancies: 0 });
+  expect(f.reconciliation.runs).toBeGreaterThanOrEqual(1);
+  expect(f.reconciliation.runs).toBe(f.reconciliation.fireTimes);
+  expect(f.reconciliation.final).toEqual({ charges: 60, refunds: 3, matched: 60, pending: 0 });
   // Exactly what the killed worker still held is run again: no more, no less.
   expect(f.stepsHeldByKilledWorkers).toBeGreaterThanOrEqual(1);
   expect(f.stepsRecoveredFromDeadWorkers).toBe(f.stepsHeldByKilledWorkers);

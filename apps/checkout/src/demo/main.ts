@@ -9,11 +9,12 @@
  *     (the others time out and are refunded). Meanwhile a worker holding steps is SIGKILLed
  *     every few seconds and replaced, and each provider once drops its response after doing
  *     the work (a lost response). The waits are short (`CHECKOUT_TIMINGS=demo`): follow-up
- *     e-mails 1.5 s after the shipment, approvals time out after 4 s.
- *  5. When every run has finished, the summary: what happened, and each invariant Cyclone
- *     promises (one run per order; one charge, one e-mail, one SMS per order; completion-tx
- *     writes exactly once; each held order approved or refunded, never both; …). Exit 0 only
- *     when all of them hold.
+ *     e-mails 1.5 s after the shipment, approvals time out after 4 s, the payment
+ *     reconciliation fires every 3 s.
+ *  5. When every run has finished, and the reconciliation has fired once more, the summary:
+ *     what happened, and each invariant Cyclone promises (one run per order; one charge, one
+ *     e-mail, one SMS per order; completion-tx writes exactly once; each held order approved or
+ *     refunded, never both; one reconciliation per fire time; …). Exit 0 only when all hold.
  */
 import { randomBytes } from 'node:crypto';
 import { mkdirSync } from 'node:fs';
@@ -82,8 +83,8 @@ async function main(): Promise<number> {
       TWILIO_AUTH_TOKEN: '',
       PUBLIC_URL: '', // the API answers on its own address
       EXIT_WITH_PARENT: '1', // if this process dies, its children follow
-      // Timers and approval timeouts in seconds: the API (which fixes a run's timers at submit)
-      // and the workers must agree.
+      // Timers, approval timeouts and the reconciliation's cron in seconds: the API (which fixes
+      // a run's timers at submit) and the workers must agree.
       CHECKOUT_TIMINGS: 'demo',
     };
 
@@ -120,13 +121,15 @@ async function main(): Promise<number> {
       return w;
     };
     workers.push(...(await Promise.all(Array.from({ length: opts.workers }, startWorker))));
+    // Every reconciliation fire time from now on must make exactly one run.
+    const reconcileFrom = await dbNow(client);
     stopPump = pumpSendgridEvents(fakes.sendgrid, `${apiUrl}/hooks/sendgrid`, 500);
 
     say(
       `demo: ${opts.orders} orders (batch ${prefix}) → API ${apiUrl}, workers ${workers.map((w) => `${w.name} (pid ${w.pid})`).join(', ')}`,
     );
     say(
-      `demo: reserve → charge (Stripe) → receipt (SendGrid) ‖ sms (Twilio) ‖ approval (over $100, ${DEMO_TIMINGS.approvalTimeoutMs / 1000} s, else refund) → fulfil → follow-up (SendGrid, ${DEMO_TIMINGS.followUpDelayMs / 1000} s later); logs in ${relative(process.env.INIT_CWD ?? process.cwd(), logDir) || logDir}`,
+      `demo: reserve → charge (Stripe) → receipt (SendGrid) ‖ sms (Twilio) ‖ approval (over $100, ${DEMO_TIMINGS.approvalTimeoutMs / 1000} s, else refund) → fulfil → follow-up (SendGrid, ${DEMO_TIMINGS.followUpDelayMs / 1000} s later); reconcile-payments '${DEMO_TIMINGS.reconcileCron}'; logs in ${relative(process.env.INIT_CWD ?? process.cwd(), logDir) || logDir}`,
     );
 
     const stock = async () =>
@@ -262,6 +265,14 @@ async function main(): Promise<number> {
       await new Promise((r) => setTimeout(r, 300));
     }
     await chaos.stop();
+    // One more reconciliation, after every order finished: it must match every charge and refund.
+    let reconcileUntil: Date | undefined;
+    if (!timedOutYet(deadline, loadDone, done, accepted)) {
+      say(
+        `demo: every run done; waiting for the next payment reconciliation ('${DEMO_TIMINGS.reconcileCron}')`,
+      );
+      reconcileUntil = await nextReconciliation(client, await dbNow(client), deadline);
+    }
     const loadResult = await load;
     await stopPump();
     stopPump = undefined;
@@ -293,6 +304,8 @@ async function main(): Promise<number> {
       stockAfter: await stock(),
       wallSeconds: (Date.now() - started) / 1000,
       timings: DEMO_TIMINGS,
+      reconcileFrom,
+      reconcileUntil,
     });
     await stopped;
     say('');
@@ -319,6 +332,44 @@ async function main(): Promise<number> {
     await client.close();
     await db.stop();
   }
+}
+
+/** PostgreSQL's clock. */
+async function dbNow(client: Client): Promise<Date> {
+  const { rows } = await client.pool.query<{ now: Date }>('SELECT clock_timestamp() AS now');
+  return rows[0]?.now ?? new Date();
+}
+
+/** Whether the runs are not all done (the deadline passed, or a replacement failed). */
+function timedOutYet(deadline: number, loadDone: boolean, done: number, accepted: number) {
+  return !(loadDone && done >= accepted) || Date.now() > deadline;
+}
+
+/**
+ * The first reconciliation fire time after `after`, once its run and every earlier one have
+ * finished; undefined at the deadline.
+ */
+async function nextReconciliation(
+  client: Client,
+  after: Date,
+  deadline: number,
+): Promise<Date | undefined> {
+  const prefix = 'schedule:reconcile-payments:';
+  for (; Date.now() < deadline; await new Promise((r) => setTimeout(r, 200))) {
+    const { rows } = await client.pool.query<{ fire_at: Date; settled: boolean }>(
+      `WITH fired AS (
+         SELECT substr(submit_key, $1::int)::timestamptz AS fire_at, state
+         FROM cyclone.cyclone_runs
+         WHERE workflow = 'reconcile-payments' AND submit_key LIKE $2 AND submit_key NOT LIKE $3)
+       SELECT n.fire_at,
+              NOT EXISTS (SELECT 1 FROM fired e WHERE e.fire_at <= n.fire_at
+                          AND e.state = 'running') AS settled
+       FROM fired n WHERE n.fire_at > $4 ORDER BY n.fire_at LIMIT 1`,
+      [prefix.length + 1, `${prefix}%`, `${prefix}trigger:%`, after],
+    );
+    if (rows[0]?.settled) return rows[0].fire_at;
+  }
+  return undefined;
 }
 
 /** `1 worker`, `2 workers`. */

@@ -5,6 +5,7 @@
 import type { Client } from '@cyclone/core';
 import Table from 'cli-table3';
 import type { Fakes } from '../fakes.js';
+import type { Discrepancy } from '../reconcile.js';
 import { APPROVAL_SIGNAL, needsApproval, type Timings } from '../workflow.js';
 import type { HeldStep } from './chaos.js';
 import type { LoadResult } from './load.js';
@@ -64,9 +65,24 @@ export interface Figures {
   /** The follow-up's timer, and how long after its due time the earliest follow-up was sent. */
   followUpDelayMs: number;
   followUpEarliestAfterDueMs: number | null;
+  reconciliation: ReconcileFigures;
   stockTaken: number;
   stockOrdered: number;
   wallSeconds: number;
+}
+
+/** The payment reconciliation schedule's runs during the demo. */
+export interface ReconcileFigures {
+  cron: string;
+  /** Fire times from the workers' start to the last reconciliation (when the interval is known). */
+  fireTimes: number | null;
+  runs: number;
+  missing: number;
+  duplicated: number;
+  discrepancies: number;
+  firstDiscrepancy: Discrepancy | null;
+  /** The reconciliation after every order had finished. */
+  final: { charges: number; refunds: number; matched: number; pending: number } | null;
 }
 
 export interface Check {
@@ -99,6 +115,17 @@ export interface VerdictInput {
   stockAfter: number;
   wallSeconds: number;
   timings: Timings;
+  /** PostgreSQL's clock when the workers were up: every fire time after it must make one run. */
+  reconcileFrom: Date;
+  /** The fire time of the first reconciliation after every order finished (none: it never came). */
+  reconcileUntil: Date | undefined;
+}
+
+/** The interval of a cron such as `*\/3 * * * * *` (every N seconds, N dividing a minute), ms. */
+export function cronIntervalMs(cron: string): number | undefined {
+  const m = /^\*\/(\d+) \* \* \* \* \*$/.exec(cron.trim());
+  const n = Number(m?.[1]);
+  return m && n > 0 && 60 % n === 0 ? n * 1000 : undefined;
 }
 
 /** One order of the batch: its amount and how its run ended, by PostgreSQL's clock. */
@@ -350,6 +377,7 @@ export async function verdict(v: VerdictInput): Promise<Verdict> {
     .filter((x): x is number => x !== null);
   const earliestAfterDue = afterDue.length > 0 ? Math.min(...afterDue) : null;
 
+  const reconciliation = await reconcileFigures(v, runIds.length > 0);
   const figures: Figures = {
     ordersSent: v.ordersSent,
     httpRequests: v.load.requests,
@@ -397,6 +425,7 @@ export async function verdict(v: VerdictInput): Promise<Verdict> {
     approvalsInTime: inTime.length,
     followUpDelayMs: v.timings.followUpDelayMs,
     followUpEarliestAfterDueMs: earliestAfterDue,
+    reconciliation,
     stockTaken: v.stockBefore - v.stockAfter,
     stockOrdered: orders.quantity,
     wallSeconds: v.wallSeconds,
@@ -488,6 +517,8 @@ export async function verdict(v: VerdictInput): Promise<Verdict> {
         early.length === 0,
       detail: `${followUps.total} for ${shippedIds.length} shipped orders: ${followUps.missing} missing, ${followUps.extra} duplicated, ${followUps.foreign} for refunded; ${early.length} before ${v.timings.followUpDelayMs} ms after the shipment${earliestAfterDue !== null ? ` (the earliest sent ${Math.round(earliestAfterDue)} ms after its time, by PostgreSQL's clock)` : ''}`,
     },
+    reconcileRunsCheck(reconciliation),
+    reconcileFoundCheck(reconciliation, accepted, refundedIds.length),
     {
       name: 'no unresolved provider call',
       ok: ledger.open === 0,
@@ -512,6 +543,109 @@ export async function verdict(v: VerdictInput): Promise<Verdict> {
     });
   }
   return { figures, checks, ok: checks.every((c) => c.ok) };
+}
+
+/**
+ * The reconciliation runs with a fire time after the workers were up, up to the one after every
+ * order finished; against the cron's fire times in that span.
+ */
+async function reconcileFigures(v: VerdictInput, any: boolean): Promise<ReconcileFigures> {
+  const cron = v.timings.reconcileCron;
+  const none: ReconcileFigures = {
+    cron,
+    fireTimes: null,
+    runs: 0,
+    missing: 0,
+    duplicated: 0,
+    discrepancies: 0,
+    firstDiscrepancy: null,
+    final: null,
+  };
+  const until = v.reconcileUntil;
+  if (!until || !any) return none;
+  const prefix = 'schedule:reconcile-payments:';
+  const { rows } = await v.client.pool.query<{
+    fire_ms: number;
+    state: string;
+    charges: number | null;
+    refunds: number | null;
+    matched: number | null;
+    pending: number | null;
+    discrepancies: Discrepancy[] | null;
+  }>(
+    `SELECT (extract(epoch FROM substr(r.submit_key, $1::int)::timestamptz) * 1000)::float8 AS fire_ms,
+            r.state, c.charges, c.refunds, c.matched, c.pending, c.discrepancies
+     FROM cyclone.cyclone_runs r
+     LEFT JOIN checkout.reconciliations c ON c.run_id = r.id
+     WHERE r.workflow = 'reconcile-payments' AND r.submit_key LIKE $2
+       AND r.submit_key NOT LIKE $3
+       AND substr(r.submit_key, $1::int)::timestamptz > $4
+       AND substr(r.submit_key, $1::int)::timestamptz <= $5
+     ORDER BY 1`,
+    [prefix.length + 1, `${prefix}%`, `${prefix}trigger:%`, v.reconcileFrom, until],
+  );
+  const fired = new Set(rows.map((r) => Math.round(r.fire_ms)));
+  const every = cronIntervalMs(cron);
+  let fireTimes: number | null = null;
+  let missing = 0;
+  if (every) {
+    fireTimes = 0;
+    const from = v.reconcileFrom.getTime();
+    for (let t = Math.floor(from / every) * every + every; t <= until.getTime(); t += every) {
+      if (t <= from) continue;
+      fireTimes++;
+      if (!fired.has(t)) missing++;
+    }
+  }
+  const found = rows.flatMap((r) => r.discrepancies ?? []);
+  const last = rows.at(-1);
+  return {
+    cron,
+    fireTimes,
+    runs: rows.length,
+    missing,
+    duplicated: rows.length - fired.size,
+    // A run that did not complete reported nothing: count it as a discrepancy too.
+    discrepancies:
+      found.length + rows.filter((r) => r.state !== 'completed' || !r.discrepancies).length,
+    firstDiscrepancy: found[0] ?? null,
+    final:
+      last && Math.round(last.fire_ms) === until.getTime() && last.charges !== null
+        ? {
+            charges: last.charges,
+            refunds: last.refunds ?? 0,
+            matched: last.matched ?? 0,
+            pending: last.pending ?? 0,
+          }
+        : null,
+  };
+}
+
+function reconcileRunsCheck(r: ReconcileFigures): Check {
+  return {
+    name: 'payment reconciliation: exactly one run per fire time, across the workers',
+    ok: r.runs > 0 && r.missing === 0 && r.duplicated === 0 && r.final !== null,
+    detail:
+      r.final === null
+        ? `no reconciliation fired after the last order finished (${r.runs} runs before)`
+        : `${r.runs} runs for ${r.fireTimes ?? '?'} fire times of '${r.cron}': ${r.missing} missing, ${r.duplicated} duplicated`,
+  };
+}
+
+function reconcileFoundCheck(r: ReconcileFigures, orders: number, refunded: number): Check {
+  const f = r.final;
+  return {
+    name: 'payment reconciliation found no discrepancy',
+    ok:
+      r.runs > 0 &&
+      r.discrepancies === 0 &&
+      f !== null &&
+      f.charges === orders &&
+      f.matched === orders &&
+      f.refunds === refunded &&
+      f.pending === 0,
+    detail: `${r.discrepancies} in ${r.runs} runs${r.firstDiscrepancy ? ` (first: ${r.firstDiscrepancy.kind} ${r.firstDiscrepancy.orderId ?? ''} ${r.firstDiscrepancy.detail})` : ''}${f ? `; the last, after every order finished: ${f.matched} of ${f.charges} charges matched for ${orders} orders, ${f.refunds} refunds for ${refunded}, ${f.pending} pending` : ''}`,
+  };
 }
 
 /** The summary table and the checks, as text. */
@@ -554,6 +688,10 @@ export function render(v: Verdict): string {
     ],
     ['provider responses dropped after the effect', f.responsesDropped],
     ['unknown outcomes resolved', [f.unknownOutcomesResolved, ...how].join('\n')],
+    [
+      'payment reconciliations (every fire time)',
+      `${f.reconciliation.runs} runs, ${f.reconciliation.discrepancies} discrepancies${f.reconciliation.final ? `; the last matched ${f.reconciliation.final.matched} charges, ${f.reconciliation.final.refunds} refunds` : ''}`,
+    ],
     ['wall time', `${f.wallSeconds.toFixed(1)} s`],
   );
   const lines = [t.toString(), ''];
