@@ -84,6 +84,11 @@ export class ClaimLoop {
   private wakePending = false;
   /** Empty claims in a row while a step was due already (`idleWait`'s backoff). */
   private overdue = 0;
+  /** When the next due step was last read (ms, this process's clock), and when it is due. */
+  private dueReadAt = 0;
+  private dueAt: number | undefined;
+  /** A NOTIFY came since the last read: read it again before trusting it. */
+  private dueStale = true;
   /** `workflow/node` of every node the worker can run: it claims only those. */
   private readonly nodeKeys: string[];
   private readonly workflowNames: string[];
@@ -98,8 +103,12 @@ export class ClaimLoop {
     );
   }
 
-  /** Ends the current wait (or the next one) at once. */
-  wake(): void {
+  /**
+   * Ends the current wait (or the next one) at once. `news`: a NOTIFY of a new or rescheduled
+   * step (or the LISTEN connection back), so the next due time must be read again.
+   */
+  wake(news = false): void {
+    if (news) this.dueStale = true;
     this.wakePending = true;
     this.wakeResolve?.();
   }
@@ -123,12 +132,12 @@ export class ClaimLoop {
           continue;
         }
         if (got === want) continue;
-        // Nothing claimable now: sleep until the next step is due. (With some claimed, their
-        // completions wake the loop soon enough to claim again.)
-        if (got === 0) {
-          await this.waitForWake(await this.idleWait());
-          continue;
-        }
+        // Slots left free: sleep until the next step is due. The next due time is read again
+        // when nothing was claimed, after a NOTIFY, or when the last read is a quarter second
+        // old; else the last read stands (a busy loop would read it after every completion).
+        const fresh = got > 0 && !this.dueStale && Date.now() - this.dueReadAt < 250;
+        await this.waitForWake(fresh ? this.untilKnownDue() : await this.idleWait());
+        continue;
       }
       await this.waitForWake(this.config.pollIntervalMs);
     }
@@ -200,6 +209,9 @@ export class ClaimLoop {
           this.claimPid = undefined;
         }
       });
+      this.dueReadAt = Date.now();
+      this.dueStale = false;
+      this.dueAt = dueIn === undefined ? undefined : this.dueReadAt + dueIn;
       if (dueIn === undefined) return config.pollIntervalMs;
       if (dueIn <= 0) {
         // Due already, yet the claim found nothing: it came due just after, or another worker
@@ -214,6 +226,13 @@ export class ClaimLoop {
       parts.log.warn({ err: String(err) }, 'could not read the next due step; polling');
       return config.pollIntervalMs;
     }
+  }
+
+  /** The wait until the next due step as last read (`idleWait`), at most the poll interval. */
+  private untilKnownDue(): number {
+    const { pollIntervalMs } = this.config;
+    if (this.dueAt === undefined) return pollIntervalMs;
+    return Math.min(pollIntervalMs, Math.max(1, Math.ceil(this.dueAt - Date.now()) + 1));
   }
 
   /** Claims up to `limit` steps and starts each. @returns how many were claimed. */

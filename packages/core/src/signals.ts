@@ -2,7 +2,7 @@
  * `Client.signal`: a durable signal for a run, stored whatever the run's progress (the first one
  * of a name per run stands), which a wait node of that name completes with.
  */
-import { type Db, withTransaction } from './db.js';
+import { type Db, isTransactionConflict, withTransaction } from './db.js';
 import { InvalidSignalError, InvalidStateError, PayloadError, RunNotFoundError } from './errors.js';
 import { isUuid } from './inspect.js';
 import { encodePayload } from './json.js';
@@ -64,9 +64,7 @@ export async function signal(
   }
   const { tx } = options;
   const values = { runId, name, payload: text };
-  const r = tx
-    ? await insertSignal(tx, scope.db, values)
-    : await withTransaction(scope.db.pool, (c) => insertSignal(c, scope.db, values));
+  const r = tx ? await insertSignal(tx, scope.db, values) : await inOwnTransaction(scope, values);
   if (r.run_state === null) throw new RunNotFoundError(runId);
   if (r.run_state !== 'running') {
     throw new InvalidStateError(
@@ -77,4 +75,22 @@ export async function signal(
     );
   }
   return { accepted: r.accepted };
+}
+
+/**
+ * `insertSignal` in a transaction of its own, run again (up to 5 times) when PostgreSQL rolled
+ * it back for a deadlock or a serialization failure. Not after a connection error: the signal
+ * may have been stored then, and a second try would answer `accepted: false` for it.
+ */
+async function inOwnTransaction(
+  scope: SignalScope,
+  values: { runId: string; name: string; payload: string },
+) {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await withTransaction(scope.db.pool, (c) => insertSignal(c, scope.db, values));
+    } catch (err) {
+      if (!isTransactionConflict(err) || attempt >= 5) throw err;
+    }
+  }
 }

@@ -70,6 +70,9 @@ export interface SubmitScope {
   readonly maxPayloadBytes: number;
 }
 
+/** The earliest `runAt` taken: 0001-01-01T00:00:00Z, in ms. */
+const EARLIEST_RUN_AT_MS = Date.parse('0001-01-01T00:00:00Z');
+
 /** The longest submit key, in UTF-8 bytes. */
 const MAX_KEY_BYTES = 4096;
 
@@ -129,6 +132,10 @@ function runStart(workflow: string, options: SubmitOptions): RunStart {
     }
     if (runAt.getTime() - Date.now() > MAX_DELAY_MS) {
       throw bad('runAt', `runAt is more than ${MAX_DELAY_MS} ms (10 years) ahead`);
+    }
+    // PostgreSQL's timestamps start in 4713 BC; any past time starts the run at once anyway.
+    if (runAt.getTime() < EARLIEST_RUN_AT_MS) {
+      throw bad('runAt', `runAt must be in the year 1 or later, got ${runAt.toISOString()}`);
     }
     return { runAt, delayMs: 0 };
   }

@@ -205,7 +205,7 @@ export class Worker {
       wake: (payload) =>
         payload !== undefined && this.scheduler?.wants(payload)
           ? this.scheduler.wake()
-          : this.claims.wake(),
+          : this.claims.wake(true),
     });
     this.heartbeat = new Heartbeat(
       {

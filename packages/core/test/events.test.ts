@@ -111,7 +111,13 @@ const Threshold = newWorkflow<Order>('ev_threshold', {
     ship: { action: Echo, after: ['approval'] },
   },
 });
-const ALL = [Approval, Short, Early, Throws, Race, Cancellable, Threshold];
+const RootWait = newWorkflow('ev_root_wait', {
+  nodes: {
+    approval: { waitFor: 'approved' },
+    ship: { action: Echo, after: ['approval'] },
+  },
+});
+const ALL = [Approval, Short, Early, Throws, Race, Cancellable, Threshold, RootWait];
 
 beforeAll(async () => {
   db = await createTestDb();
@@ -251,6 +257,44 @@ describe('signals and wait nodes', () => {
         JSON.stringify(nodes),
       ).toThrow(WorkflowDefinitionError);
     }
+  });
+});
+
+describe('signals and delayed runs', () => {
+  it('an early signal does not start a delayed run whose root is a wait node', async () => {
+    const { runId } = await client.submit(RootWait, {}, { delayMs: 1_500 });
+    expect(await client.signal(runId, 'approved', { ok: 1 })).toEqual({ accepted: true });
+    const run = await client.waitForRun(runId, { timeoutMs: 10_000, pollMs: 50 });
+    const approval = stateOf(run, 'approval');
+    expect(approval?.output).toEqual({ ok: 1 });
+    // Reached at the run's time, not at the signal.
+    expect(approval?.startedAt?.getTime()).toBeGreaterThanOrEqual(
+      (approval?.scheduledAt as Date).getTime(),
+    );
+    const created = run.createdAt.getTime();
+    expect((approval?.startedAt as Date).getTime() - created).toBeGreaterThanOrEqual(1_400);
+  });
+
+  it('signals and cancels of the same runs at once: each signal is taken or refused, never a deadlock', async () => {
+    const ids = (
+      await client.submitMany(
+        Approval,
+        Array.from({ length: 60 }, () => ({ order: 'x' })),
+      )
+    ).runIds;
+    await new Promise((r) => setTimeout(r, 300));
+    const outcomes = await Promise.all(
+      ids.map(async (runId) => {
+        const [signal] = await Promise.allSettled([
+          client.signal(runId, 'approved', { by: 'race' }),
+          client.cancel(runId),
+        ]);
+        if (signal.status === 'fulfilled') return 'accepted';
+        return signal.reason instanceof InvalidStateError ? 'refused' : String(signal.reason);
+      }),
+    );
+    expect(outcomes.filter((o) => o !== 'accepted' && o !== 'refused')).toEqual([]);
+    for (const runId of ids) expect((await client.getRun(runId)).state).toBe('cancelled');
   });
 });
 

@@ -136,6 +136,42 @@ describe('delayed runs', () => {
   });
 });
 
+describe('a due step is not held back by a claim that filled some slots', () => {
+  it('a delayed run starts at its time while another step runs, whatever the poll interval', async () => {
+    // One worker, a long poll: the claim that takes the slow run fills 1 of its 10 slots, and the
+    // delayed run must still start at its time, not a poll interval later.
+    let release!: () => void;
+    const held = new Promise<void>((r) => {
+      release = r;
+    });
+    const Slow = newAction('time_slow', async () => {
+      await held;
+      return null;
+    });
+    const SlowFlow = newWorkflow('time_slow', { nodes: { only: { action: Slow } } });
+    const Late = newWorkflow('time_late', { nodes: { only: { action: Echo } } });
+    const w = new Worker({
+      client,
+      workflows: [SlowFlow, Late],
+      concurrency: 10,
+      pollIntervalMs: 5_000,
+    });
+    await w.start();
+    try {
+      const late = await client.submit(Late, {}, { delayMs: 600 });
+      await client.submit(SlowFlow, {});
+      const run = await client.waitForRun(late.runId, { timeoutMs: 10_000, pollMs: 50 });
+      const step = run.steps[0];
+      const lateBy = (step?.startedAt as Date).getTime() - (step?.scheduledAt as Date).getTime();
+      // Far below the 5 s poll interval (both timestamps are the database's clock).
+      expect(lateBy).toBeLessThan(1_500);
+    } finally {
+      release();
+      await w.stop({ graceMs: 2_000 });
+    }
+  });
+});
+
 describe('node timers', () => {
   it('a node with delayMs becomes claimable that long after its upstream completed', async () => {
     const { runId } = await client.submit(Timer, {});
@@ -190,6 +226,8 @@ describe('bad times are refused before anything is written', () => {
       { delayMs: Number.POSITIVE_INFINITY },
       { delayMs: MAX_DELAY_MS + 1 },
       { delayMs: '5' as unknown as number },
+      { runAt: new Date(-8.64e15) },
+      { runAt: new Date('0000-06-01T00:00:00Z') },
     ];
     for (const options of bad) {
       await expect(client.submit(Delayed, {}, options), JSON.stringify(options)).rejects.toThrow(

@@ -6,27 +6,31 @@ import type { Json } from '../types.js';
 import { defineStatement, type Queryable, type SqlScope, send } from './statement.js';
 
 /**
- * Locks run $1's wait steps for signal $2 (the first statement of a signal's transaction), and
- * reads the run's state (NULL: no such run). A wait step resolving takes the same lock first, so
- * a signal and a resolution are ordered by it: the one that locks second sees what the first
+ * The first statement of a signal's transaction: run $1's state (no row: no such run), its row
+ * locked `FOR KEY SHARE`. That waits for an operator's action on the run (cancel and retry lock
+ * it `FOR UPDATE` before its steps), so the two never lock in opposite orders, and it does not
+ * wait for completions (they update run rows without changing a key).
+ */
+export const lockRunForSignalSql = (s: string) =>
+  `SELECT state FROM ${s}.cyclone_runs WHERE id = $1 FOR KEY SHARE`;
+
+/**
+ * Then locks run $1's wait steps for signal $2. A wait step resolving takes the same lock first,
+ * so a signal and a resolution are ordered by it: the one that locks second sees what the first
  * committed, and a signal stored after a timeout was decided bears a later time than the
  * decision.
  */
-export const lockWaitStepsSql = (s: string) => `
-WITH locked AS (
-  SELECT node FROM ${s}.cyclone_steps WHERE run_id = $1 AND wait_for = $2
-  ORDER BY node
-  FOR UPDATE
-)
-SELECT (SELECT state FROM ${s}.cyclone_runs WHERE id = $1) AS run_state,
-       (SELECT count(*) FROM locked)::int AS waits`;
+export const lockWaitStepsSql = (s: string) =>
+  `SELECT node FROM ${s}.cyclone_steps WHERE run_id = $1 AND wait_for = $2 ORDER BY node FOR UPDATE`;
 
 /**
  * Stores signal $2 with payload $3 for run $1 while the run is `running`, unless the run has a
  * signal of that name already (`accepted` false). An accepted signal marks every unfinished wait
  * step of that name in the run `signalled` — under each step's row lock, so a wait node parking
  * at the same moment sees the mark whichever transaction commits first — and makes a parked one
- * due now (NOTIFY on channel $4). `run_state` is NULL when there is no such run.
+ * due now (NOTIFY on channel $4). Parked means claimed before (`started_at`): a wait node that is
+ * `scheduled` because its delayed run has not started keeps its time, and takes the signal when
+ * it is reached. `run_state` is NULL when there is no such run.
  */
 export const insertSignalSql = (s: string) => `
 WITH run AS (
@@ -40,13 +44,14 @@ WITH run AS (
 ), woken AS (
   UPDATE ${s}.cyclone_steps t
   SET signalled = true, updated_at = now(),
-      scheduled_at = CASE WHEN t.state = 'scheduled' THEN now() ELSE t.scheduled_at END
+      scheduled_at = CASE WHEN t.state = 'scheduled' AND t.started_at IS NOT NULL THEN now()
+                          ELSE t.scheduled_at END
   FROM ins WHERE t.run_id = ins.run_id AND t.wait_for = $2
     AND t.state IN ('pending', 'available', 'scheduled', 'running', 'retryable')
-  RETURNING t.state
+  RETURNING t.state, t.scheduled_at = now() AS woke
 )
 SELECT (SELECT state FROM run) AS run_state, EXISTS (SELECT 1 FROM ins) AS accepted,
-       CASE WHEN EXISTS (SELECT 1 FROM woken WHERE state = 'scheduled')
+       CASE WHEN EXISTS (SELECT 1 FROM woken WHERE woke)
             THEN pg_notify($4, (SELECT workflow FROM run)) END IS NULL AS quiet`;
 
 /** Locks wait step ($1 run_id, $2 node) while it resolves; see `lockWaitStepsSql`. */
@@ -67,6 +72,11 @@ FROM ${s}.cyclone_steps st
 LEFT JOIN ${s}.cyclone_signals s ON s.run_id = st.run_id AND s.name = st.wait_for
 WHERE st.run_id = $1 AND st.node = $2`;
 
+const lockRunForSignalStatement = defineStatement(
+  'lock_run_for_signal',
+  lockRunForSignalSql,
+  false,
+);
 const lockWaitStepsStatement = defineStatement('lock_wait_steps', lockWaitStepsSql, false);
 const insertSignalStatement = defineStatement('insert_signal', insertSignalSql, false);
 const lockWaitStepStatement = defineStatement('lock_wait_step', lockWaitStepSql, false);
@@ -83,21 +93,17 @@ export interface InsertedSignal {
 }
 
 /**
- * Stores a signal; see `lockWaitStepsSql` and `insertSignalSql`. Two statements: `on` must be
- * inside a transaction (the caller's, or one on a pool connection).
+ * Stores a signal; see `lockRunForSignalSql`, `lockWaitStepsSql` and `insertSignalSql`, in that
+ * order: `on` must be inside a transaction (the caller's, or one on a pool connection).
  */
 export async function insertSignal(
   on: Queryable,
   db: SqlScope,
   p: { runId: string; name: string; payload: string },
 ): Promise<InsertedSignal> {
-  const locked = await send<{ run_state: string | null }>(
-    on,
-    lockWaitStepsStatement(db),
-    [p.runId, p.name],
-    true,
-  );
-  if (!locked.rows[0]?.run_state) return { run_state: null, accepted: false };
+  const run = await send<{ state: string }>(on, lockRunForSignalStatement(db), [p.runId], true);
+  if (!run.rows[0]) return { run_state: null, accepted: false };
+  await send(on, lockWaitStepsStatement(db), [p.runId, p.name], true);
   const { rows } = await send<InsertedSignal>(
     on,
     insertSignalStatement(db),

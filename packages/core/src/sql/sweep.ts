@@ -36,7 +36,9 @@ WITH x AS MATERIALIZED (
 ), locked AS MATERIALIZED (
   -- The run rows locked in id order, as the completion statement takes them: two sweeps, or a
   -- sweep and a completion, that both touch runs A and B never wait for each other in a cycle.
-  SELECT r.id FROM ${s}.cyclone_runs r JOIN d ON r.id = d.run_id ORDER BY r.id FOR UPDATE OF r
+  -- NO KEY: what the UPDATE below takes anyway, and no wait on a signal's KEY SHARE.
+  SELECT r.id FROM ${s}.cyclone_runs r JOIN d ON r.id = d.run_id ORDER BY r.id
+  FOR NO KEY UPDATE OF r
 ), runs AS (
   UPDATE ${s}.cyclone_runs r
   SET steps_active = r.steps_active - d.n,
