@@ -13,6 +13,7 @@ import { describeError } from './error-entry.js';
 import { LeaseLostError } from './errors.js';
 import { executeStep, Outcome } from './execute-step.js';
 import { LazyChildLogger, type Logger } from './logger.js';
+import type { Recorded } from './recorded.js';
 import {
   type ClaimedStep,
   claimSteps,
@@ -21,6 +22,7 @@ import {
   selectUpstream,
 } from './sql/claim.js';
 import type { SqlScope } from './sql/statement.js';
+import type { WorkerTelemetry } from './telemetry.js';
 import type { Json } from './types.js';
 
 /** What the worker keeps of a claimed step until its outcome is recorded. */
@@ -70,6 +72,8 @@ export interface ClaimParts {
   completer: Completer;
   /** The worker's in-flight steps: each started step is added, and removed once recorded. */
   inflight: Map<string, StepHandle>;
+  /** Spans and metrics; undefined when no OpenTelemetry SDK is registered. */
+  telemetry: WorkerTelemetry | undefined;
   /** False once the worker stops: the loop ends after its current claim. */
   isRunning(): boolean;
 }
@@ -245,6 +249,7 @@ export class ClaimLoop {
       leaseMs: config.leaseMs,
       nodeKeys: this.nodeKeys,
     };
+    const t0 = parts.telemetry?.claimStarted();
     const rows = await withConnection(parts.controlPool, async (c) => {
       // Known while the statement runs, so that stop() can cancel a claim that hangs.
       this.claimPid = (c as unknown as { processID?: number }).processID;
@@ -265,6 +270,7 @@ export class ClaimLoop {
         this.claimPid = undefined;
       }
     });
+    if (t0 !== undefined) parts.telemetry?.claimEnded(t0);
     for (const row of rows) {
       parts.counters.claimed++;
       // Keyed by attempt too: this worker may re-claim a node whose older attempt (its lease
@@ -331,17 +337,16 @@ export class ClaimLoop {
       parts.controlPool,
       log,
     );
-    const run = async () => {
+    const run = async (): Promise<Recorded> => {
       const node = workflow.nodeByName.get(row.node);
       if (row.upstream === null) {
         const loaded = await this.loadUpstream(row, node?.ancestors ?? []);
         if (!loaded.ok) {
           markFinishing();
-          await parts.completer.record(
+          return parts.completer.record(
             { row, tx, log, backoff: node?.action.backoff },
             Outcome.discarded('input_invalid', loaded.error),
           );
-          return;
         }
         row.upstream = loaded.upstream;
       }
@@ -363,13 +368,24 @@ export class ClaimLoop {
         markFinishing,
       });
       const backoff = workflow.nodeByName.get(row.node)?.action.backoff;
-      await parts.completer.record({ row, tx, log, backoff }, outcome);
+      return parts.completer.record({ row, tx, log, backoff }, outcome);
     };
+    // Observed from here to the recorded outcome: the handler runs in the step's span.
+    const observation = parts.telemetry?.beginStep(row);
+    const ran = observation
+      ? observation.run(run).then(
+          (recorded) => observation.end(recorded),
+          (err) => {
+            observation.end({ outcome: 'unrecorded', error: err });
+            throw err;
+          },
+        )
+      : run();
     return {
       runId: row.run_id,
       node: row.node,
       attempt: row.attempt,
-      done: run().catch((err) => {
+      done: ran.then(noop, (err) => {
         parts.log.error(
           { err: String(err), runId: row.run_id, node: row.node },
           'step runner failed',
@@ -383,6 +399,8 @@ export class ClaimLoop {
     };
   }
 }
+
+function noop(): void {}
 
 /** A statement that failed on one of PostgreSQL's size limits (SQLSTATE class 54). */
 function isLimitExceeded(err: unknown): boolean {

@@ -13,6 +13,7 @@ import { describeError, errorEntry } from './error-entry.js';
 import { LeaseLostError } from './errors.js';
 import { type Discarded, Outcome, type Retryable } from './execute-step.js';
 import type { Logger } from './logger.js';
+import type { Recorded } from './recorded.js';
 import type { ClaimedStep } from './sql/claim.js';
 import { completeStepOnTx, failStep, skipStep, snoozeStep } from './sql/complete.js';
 import { isStepCompletedBy } from './sql/fence.js';
@@ -48,6 +49,10 @@ export interface CompleterParts {
   counters: CompletionCounters;
 }
 
+const LEASE_LOST: Recorded = { outcome: 'lease_lost' };
+const COMPLETED: Recorded = { outcome: 'completed' };
+const SKIPPED: Recorded = { outcome: 'skipped' };
+
 /** One attempt being recorded: the claimed step, its transaction, its logger and backoff. */
 export interface Attempt {
   row: ClaimedStep;
@@ -62,8 +67,11 @@ export interface Attempt {
 export class Completer {
   constructor(private readonly parts: CompleterParts) {}
 
-  /** Records `outcome` for `attempt`. Never rejects: what cannot be recorded is logged. */
-  async record(attempt: Attempt, outcome: Outcome): Promise<void> {
+  /**
+   * Records `outcome` for `attempt`. Never rejects: what cannot be recorded is logged.
+   * @returns what was recorded.
+   */
+  async record(attempt: Attempt, outcome: Outcome): Promise<Recorded> {
     switch (outcome.kind) {
       case 'completed':
         return this.complete(attempt, outcome.output);
@@ -73,7 +81,7 @@ export class Completer {
         return this.fail(attempt, outcome);
       case 'snoozed':
         await attempt.tx.close();
-        return this.snooze(attempt, outcome.delayMs);
+        return this.snooze(attempt, outcome.delayMs, outcome.code);
       case 'skipped':
         await attempt.tx.close();
         return this.skip(attempt);
@@ -84,14 +92,14 @@ export class Completer {
           {},
           'lease lost while the handler ran; the step belongs to another claim now',
         );
-        return;
+        return LEASE_LOST;
       default:
         return outcome satisfies never;
     }
   }
 
   /** Completes the step: on the handler's transaction if it opened one, else in a batch. */
-  private async complete(attempt: Attempt, output: string): Promise<void> {
+  private async complete(attempt: Attempt, output: string): Promise<Recorded> {
     const { row, tx, log } = attempt;
     const { db, counters } = this.parts;
     const c = tx.take();
@@ -115,17 +123,17 @@ export class Completer {
             { err: new LeaseLostError(row.run_id, row.node, row.attempt).message },
             'completion fenced out; business writes rolled back',
           );
-          return;
+          return LEASE_LOST;
         }
         await c.query('COMMIT');
         tx.release(c);
         counters.completed++;
-        return;
+        return COMPLETED;
       } catch (err) {
         tx.release(c, err);
         if (isConnectionError(err) && done === 1 && (await this.completedByUs(row))) {
           counters.completed++;
-          return;
+          return COMPLETED;
         }
         // The transaction is rolled back (the statement failed or the connection died before
         // COMMIT): record the attempt as failed. A deadlock or serialization failure is a
@@ -149,24 +157,25 @@ export class Completer {
       );
       if (done === 1 || (await this.completedByUs(row))) {
         counters.completed++;
-      } else {
-        counters.leaseLost++;
-        log.warn(
-          { err: new LeaseLostError(row.run_id, row.node, row.attempt).message },
-          'completion fenced out',
-        );
+        return COMPLETED;
       }
+      counters.leaseLost++;
+      log.warn(
+        { err: new LeaseLostError(row.run_id, row.node, row.attempt).message },
+        'completion fenced out',
+      );
+      return LEASE_LOST;
     } catch (err) {
       if (isConnectionError(err) || isTransactionConflict(err)) {
         log.error(
           { err: String(err) },
           'could not record completion; the lease will expire and the step run again',
         );
-        return;
+        return { outcome: 'unrecorded', error: err };
       }
       // The database refused the completion itself: record it as a failed attempt (with the
       // backoff) instead of leaving the step to the sweep with its cause lost.
-      await this.fail(
+      return this.fail(
         attempt,
         Outcome.retryable(
           'error',
@@ -191,7 +200,7 @@ export class Completer {
   }
 
   /** Ends the step `skipped` (fenced): its condition was false; downstream nodes go on. */
-  private async skip(attempt: Attempt): Promise<void> {
+  private async skip(attempt: Attempt): Promise<Recorded> {
     const { row, log } = attempt;
     const { db, pool, retryDeadlineMs, counters } = this.parts;
     try {
@@ -202,20 +211,22 @@ export class Completer {
       if (rows.length === 0) {
         counters.leaseLost++;
         log.warn({}, 'skip not recorded: the lease was already lost');
-        return;
+        return LEASE_LOST;
       }
       counters.completed++;
       log.debug({}, 'step skipped: its condition was false');
+      return SKIPPED;
     } catch (err) {
       log.error(
         { err: String(err) },
         'could not record the skip; the lease will expire and the step run again',
       );
+      return { outcome: 'unrecorded', error: err };
     }
   }
 
   /** Records a snooze (fenced): `scheduled` again after `delayMs`, the attempt given back. */
-  private async snooze(attempt: Attempt, delayMs: number): Promise<void> {
+  private async snooze(attempt: Attempt, delayMs: number, code: string): Promise<Recorded> {
     const { row, log } = attempt;
     const { db, pool, retryDeadlineMs, counters } = this.parts;
     try {
@@ -232,20 +243,22 @@ export class Completer {
       if (rows.length === 0) {
         counters.leaseLost++;
         log.warn({}, 'snooze not recorded: the lease was already lost');
-        return;
+        return LEASE_LOST;
       }
       counters.snoozed++;
       log.debug({ delayMs, snoozes: rows[0]?.snoozes }, 'step snoozed');
+      return { outcome: 'snoozed', snooze: { code, delayMs } };
     } catch (err) {
       log.error(
         { err: String(err) },
         'could not record the snooze; the lease will expire and the step run again',
       );
+      return { outcome: 'unrecorded', error: err };
     }
   }
 
   /** Records a failed attempt (fenced): retryable after the backoff, or discarded. */
-  private async fail(attempt: Attempt, failure: Retryable | Discarded): Promise<void> {
+  private async fail(attempt: Attempt, failure: Retryable | Discarded): Promise<Recorded> {
     const { row, log, backoff } = attempt;
     const { db, pool, retryDeadlineMs, counters } = this.parts;
     const override = failure.kind === 'retryable' ? failure.delayMs : undefined;
@@ -278,10 +291,15 @@ export class Completer {
       if (rows.length === 0) {
         counters.leaseLost++;
         log.warn({ kind: failure.errorKind }, 'failure not recorded: the lease was already lost');
-        return;
+        return LEASE_LOST;
       }
       counters.failed++;
       const state = rows[0]?.step_state;
+      const recorded: Recorded = {
+        outcome: state === 'discarded' ? 'discarded' : 'retryable',
+        error: failure.error,
+        errorKind: failure.errorKind,
+      };
       if (state === 'discarded') {
         // An error: nothing retries it, and its run fails unless an operator steps in.
         log.error(
@@ -294,11 +312,13 @@ export class Completer {
           'step attempt failed',
         );
       }
+      return recorded;
     } catch (err) {
       log.error(
         { err: String(err) },
         'could not record the failure; the lease will expire and the step run again',
       );
+      return { outcome: 'unrecorded', error: failure.error, errorKind: failure.errorKind };
     }
   }
 }

@@ -34,6 +34,8 @@ export interface DebouncedSubmit {
   inputHash: string;
   steps: StepColumns;
   window: DebounceWindow;
+  /** The submit span's W3C traceparent, stored with the run if this submit creates it. */
+  traceparent: string | null;
 }
 
 /**

@@ -61,6 +61,11 @@ export interface Snoozed {
   readonly kind: 'snoozed';
   /** How long to wait, ms. */
   readonly delayMs: number;
+  /**
+   * The `code` of the SnoozeError (`SNOOZE`, or a subclass's, such as a rate-limit wait's);
+   * `WAIT` for a wait node parked until its signal or deadline.
+   */
+  readonly code: string;
 }
 
 /** The lease was lost while the handler ran: the step belongs to another claim; record nothing. */
@@ -88,7 +93,7 @@ export const Outcome = {
     error,
   }),
   leaseLost: (): LeaseLost => ({ kind: 'lease_lost' }),
-  snoozed: (delayMs: number): Snoozed => ({ kind: 'snoozed', delayMs }),
+  snoozed: (delayMs: number, code = 'SNOOZE'): Snoozed => ({ kind: 'snoozed', delayMs, code }),
   skipped: (): Skipped => ({ kind: 'skipped' }),
   /** A failure that is retryable unless `nonRetryable`. */
   failed: (
@@ -223,7 +228,8 @@ function snooze(node: NodeDef<unknown>, row: ClaimedStep, error: SnoozeError): O
       ),
     );
   }
-  return Outcome.snoozed(delayMs);
+  // A wait node parks until its signal or deadline: a wait, not the handler's own snooze.
+  return Outcome.snoozed(delayMs, node.waitFor !== undefined ? 'WAIT' : String(error.code));
 }
 
 /** The node's input: the mapping of run input and upstream outputs, validated by the action. */

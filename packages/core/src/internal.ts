@@ -33,3 +33,4 @@ export {
   stepReopenedBetweenSql,
   stepRunningSql,
 } from './sql/fence.js';
+export { recordError, registeredMeter, registeredTracer } from './telemetry.js';

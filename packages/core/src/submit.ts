@@ -24,6 +24,7 @@ import {
   type RunStart,
   type StepColumns,
 } from './sql/submit.js';
+import { ATTR, submitTracer, tracedSubmit } from './telemetry.js';
 import type {
   DebouncedSubmitResult,
   Json,
@@ -236,13 +237,36 @@ function refuseDebounce(workflow: string, form: string, options: SubmitOptions):
 
 /**
  * `Client.submit`: one run, its steps and a NOTIFY in one statement; with `debounce`, the
- * transaction of `debounce.ts`, which answers `debounced` too.
+ * transaction of `debounce.ts`, which answers `debounced` too. In a `cyclone.submit` span when
+ * an SDK registered a tracer provider, as every submit form.
  */
 export async function submit<RI>(
   scope: SubmitScope,
   workflow: SubmittableWorkflow<RI>,
   input: RI,
   options: SubmitOptions,
+): Promise<SubmitResult | DebouncedSubmitResult> {
+  const tracer = submitTracer(scope.db);
+  if (!tracer) return submitRun(scope, workflow, input, options, null);
+  return tracedSubmit(
+    tracer,
+    'submit',
+    workflow.name,
+    (traceparent) => submitRun(scope, workflow, input, options, traceparent),
+    (r) =>
+      'debounced' in r
+        ? { [ATTR.runId]: r.runId, [ATTR.submitDebounced]: r.debounced }
+        : { [ATTR.runId]: r.runId },
+  );
+}
+
+/** `submit` with the trace context to store with the run (`traceparent`, or null). */
+async function submitRun<RI>(
+  scope: SubmitScope,
+  workflow: SubmittableWorkflow<RI>,
+  input: RI,
+  options: SubmitOptions,
+  traceparent: string | null,
 ): Promise<SubmitResult | DebouncedSubmitResult> {
   const debounce = debounceWindow(workflow, options);
   if (debounce) {
@@ -257,16 +281,20 @@ export async function submit<RI>(
         inputHash: hash,
         steps: stepColumns(workflow),
         window: debounce.window,
+        traceparent,
       },
       options.tx,
     );
   }
   const start = runStart(workflow.name, options);
-  const { runId } = await insert(scope, workflow, input, null, options.tx, start);
+  const { runId } = await insert(scope, workflow, input, null, options.tx, start, traceparent);
   return { runId };
 }
 
-/** `Client.submitOnce`: checks the key, then inserts or finds the key's run. */
+/**
+ * `Client.submitOnce`: checks the key, then inserts or finds the key's run (which keeps the trace
+ * context of the submit that created it).
+ */
 export async function submitOnce<RI>(
   scope: SubmitScope,
   workflow: SubmittableWorkflow<RI>,
@@ -274,10 +302,29 @@ export async function submitOnce<RI>(
   input: RI,
   options: SubmitOptions,
 ): Promise<SubmitOnceResult> {
+  const tracer = submitTracer(scope.db);
+  if (!tracer) return submitOnceRun(scope, workflow, key, input, options, null);
+  return tracedSubmit(
+    tracer,
+    'submitOnce',
+    workflow.name,
+    (traceparent) => submitOnceRun(scope, workflow, key, input, options, traceparent),
+    (r) => ({ [ATTR.runId]: r.runId, [ATTR.submitCreated]: r.created }),
+  );
+}
+
+async function submitOnceRun<RI>(
+  scope: SubmitScope,
+  workflow: SubmittableWorkflow<RI>,
+  key: string,
+  input: RI,
+  options: SubmitOptions,
+  traceparent: string | null,
+): Promise<SubmitOnceResult> {
   checkKey(workflow.name, ['key'], key);
   refuseDebounce(workflow.name, 'submitOnce', options);
   const start = runStart(workflow.name, options);
-  return insert(scope, workflow, input, key, options.tx, start);
+  return insert(scope, workflow, input, key, options.tx, start, traceparent);
 }
 
 /**
@@ -289,6 +336,25 @@ export async function submitMany<RI>(
   workflow: SubmittableWorkflow<RI>,
   inputs: readonly RI[],
   options: SubmitOptions,
+): Promise<SubmitManyResult> {
+  const tracer = submitTracer(scope.db);
+  if (!tracer) return submitManyRuns(scope, workflow, inputs, options, null);
+  return tracedSubmit(
+    tracer,
+    'submitMany',
+    workflow.name,
+    (traceparent) => submitManyRuns(scope, workflow, inputs, options, traceparent),
+    (r) => ({ [ATTR.submitRuns]: r.runIds.length }),
+  );
+}
+
+/** `submitMany` with the trace context every run stores (`traceparent`, or null). */
+async function submitManyRuns<RI>(
+  scope: SubmitScope,
+  workflow: SubmittableWorkflow<RI>,
+  inputs: readonly RI[],
+  options: SubmitOptions,
+  traceparent: string | null,
 ): Promise<SubmitManyResult> {
   if (!Array.isArray(inputs)) {
     throw new InputValidationError(workflow.name, [
@@ -322,6 +388,7 @@ export async function submitMany<RI>(
     workflow: workflow.name,
     steps,
     start,
+    traceparent,
   });
   const chunks = chunksOf(texts);
   const { db } = scope;
@@ -383,9 +450,10 @@ async function insert<RI>(
   key: string | null,
   tx: Tx | undefined,
   start: RunStart,
+  traceparent: string | null,
 ): Promise<SubmitOnceResult> {
   try {
-    return await insertOrFind(scope, workflow, input, key, tx, start);
+    return await insertOrFind(scope, workflow, input, key, tx, start, traceparent);
   } catch (err) {
     // Only the caller can retry its own transaction: tell it so, with a code to branch on.
     if (tx !== undefined && isTransactionConflict(err)) {
@@ -408,6 +476,7 @@ async function insertOrFind<RI>(
   key: string | null,
   tx: Tx | undefined,
   start: RunStart,
+  traceparent: string | null,
 ): Promise<SubmitOnceResult> {
   const { text, hash } = encodeRunInput(scope, workflow, input);
   const runId = newRunId();
@@ -425,6 +494,7 @@ async function insertOrFind<RI>(
         inputHash: hash,
         steps: stepColumns(workflow),
         start,
+        traceparent,
       },
       tx !== undefined,
     );

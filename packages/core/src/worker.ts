@@ -13,7 +13,7 @@ import { ClaimLoop, type StepHandle } from './claim.js';
 import type { Client } from './client.js';
 import { Completer } from './completion.js';
 import { CompletionBatcher } from './completion-batcher.js';
-import { MAX_TIMER_MS, settlesWithin } from './db.js';
+import { type Db, MAX_TIMER_MS, settlesWithin } from './db.js';
 import type { Workflow } from './definitions.js';
 import { ConfigError } from './errors.js';
 import { Heartbeat } from './heartbeat.js';
@@ -21,7 +21,9 @@ import { Listener } from './listener.js';
 import type { Logger } from './logger.js';
 import type { Schedule } from './schedule.js';
 import { Scheduler } from './scheduler.js';
+import { queueStats } from './sql/metrics.js';
 import { Sweep } from './sweep.js';
+import { READY_COUNT_CAP, WorkerTelemetry } from './telemetry.js';
 import { makeWorkerPools } from './worker-pools.js';
 
 /** Options of `Worker`. Durations are in milliseconds. */
@@ -119,6 +121,11 @@ export class Worker {
   private readonly heartbeat: Heartbeat<StepHandle>;
   private readonly sweep: Sweep;
   private readonly scheduler: Scheduler | undefined;
+  /** Spans and metrics, when an OpenTelemetry SDK was registered before the worker was made. */
+  private readonly telemetry: WorkerTelemetry | undefined;
+  private readonly db: Db;
+  /** Ends the report of the ready steps to the metrics (set while the worker runs). */
+  private unobserveQueue: (() => void) | undefined;
 
   /** @throws ConfigError on a bad option or two workflows with one name. */
   constructor(options: WorkerOptions) {
@@ -162,7 +169,10 @@ export class Worker {
     this.controlPool = pools.controlPool;
     this.ownsPool = pools.owned;
     const db = client.db;
+    this.db = db;
     const control = { pool: this.controlPool, db, log };
+    const telemetry = WorkerTelemetry.create();
+    this.telemetry = telemetry;
     const completer = new Completer({
       db,
       pool: this.pool,
@@ -183,6 +193,7 @@ export class Worker {
         counters: this.stats,
         completer,
         inflight: this.inflight,
+        telemetry,
         isRunning: () => this.state === 'running',
       },
       {
@@ -220,6 +231,7 @@ export class Worker {
         ...control,
         swept: (steps) => {
           this.stats.swept += steps.length;
+          telemetry?.swept(steps);
         },
       },
       { intervalMs: sweepIntervalMs, batchSize: sweepBatchSize },
@@ -255,6 +267,10 @@ export class Worker {
     this.heartbeat.start();
     this.sweep.start();
     await this.scheduler?.start();
+    this.unobserveQueue = this.telemetry?.observeQueue(
+      () => queueStats(this.controlPool, this.db, READY_COUNT_CAP),
+      this.log,
+    );
     this.loopDone = this.claims.run();
     this.log.info(
       { workflows: [...this.workflows.keys()], concurrency: this.concurrency },
@@ -278,6 +294,7 @@ export class Worker {
       return;
     }
     this.state = 'stopping';
+    this.unobserveQueue?.();
     this.claims.wake();
     await this.scheduler?.stop();
     // Longer than Node's timers take means "wait as long as it takes" (about 24.8 days).

@@ -9,7 +9,8 @@ import { defineStatement, type Queryable, type SqlScope, send } from './statemen
  * The candidates are locked in a MATERIALIZED CTE first (`FOR UPDATE SKIP LOCKED`), then the
  * UPDATE joins to them, so LIMIT really limits (an UPDATE … WHERE id IN (SELECT … LIMIT) may
  * lock and update more rows than the limit). The attempt it sets
- * is the claim's fencing token. Returns the run input and the outputs of completed ancestors.
+ * is the claim's fencing token. Returns the run input, the outputs of completed ancestors and the
+ * run's trace context.
  */
 export const claimStepsSql = (s: string) => claimFrom(s, WITH_UPSTREAM);
 
@@ -33,7 +34,7 @@ WITH c AS MATERIALIZED (
             t.snoozes
 )
 SELECT u.run_id, u.node, u.workflow, u.action, u.attempt, u.max_attempts, u.snoozes,
-  r.input AS run_input,
+  r.input AS run_input, r.traceparent,
   ${upstream(s)}
 FROM u JOIN ${s}.cyclone_runs r ON r.id = u.run_id`;
 
@@ -75,6 +76,8 @@ export interface ClaimedStep {
    * loaded on their own (`claimStepsWithoutUpstream`).
    */
   upstream: Record<string, Json> | null;
+  /** The W3C traceparent of the span that submitted the run; null when none was recording. */
+  traceparent: string | null;
 }
 
 const claimStepsStatement = defineStatement('claim_steps', claimStepsSql);

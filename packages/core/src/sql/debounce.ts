@@ -77,7 +77,8 @@ FROM run`;
  * root wait node is refused at submit).
  * $1 id, $2 workflow, $3 input jsonb, $4 debounce key, $5 input hash, $6–$13 the step columns as
  * in `insertRun`, $14 channel, $15 delay ms, $16 max delay ms or NULL (no cap), $17 node delays
- * ms bigint[], $18 signal names text[], $19 wait timeouts ms bigint[] (as in `insertRun`).
+ * ms bigint[], $18 signal names text[], $19 wait timeouts ms bigint[] (as in `insertRun`), $20
+ * the traceparent of the submit that creates the run, or NULL.
  */
 export const insertDebouncedRunSql = (s: string) => `
 WITH t AS (
@@ -85,8 +86,9 @@ WITH t AS (
                now() + make_interval(secs => $16::double precision / 1000)) AS at
 ), run AS (
   INSERT INTO ${s}.cyclone_runs
-    (id, workflow, state, input, debounce_key, input_hash, steps_remaining, steps_active)
-  VALUES ($1, $2, 'running', $3::jsonb, $4, $5, $6, $7)
+    (id, workflow, state, input, debounce_key, input_hash, steps_remaining, steps_active,
+     traceparent)
+  VALUES ($1, $2, 'running', $3::jsonb, $4, $5, $6, $7, $20)
   ON CONFLICT (workflow, debounce_key) WHERE debounce_key IS NOT NULL DO NOTHING
   RETURNING id
 ), steps AS (
@@ -193,6 +195,8 @@ export async function insertDebouncedRun(
     inputHash: string;
     steps: StepColumns;
     window: DebounceWindow;
+    /** The submit span's W3C traceparent, or null. */
+    traceparent: string | null;
   },
   plainText = false,
 ): Promise<boolean> {
@@ -212,6 +216,7 @@ export async function insertDebouncedRun(
       p.steps.delays,
       p.steps.waitFor,
       p.steps.waitTimeouts,
+      p.traceparent,
     ],
     plainText,
   );

@@ -14,13 +14,14 @@ import { defineStatement, type Queryable, type SqlScope, send } from './statemen
  * start plus its own delay when that is in the future, by the database's clock (a root wait
  * node too: reached then, its deadline counts from then; $18 signal names text[], $19 timeouts
  * ms bigint[], NULL for action nodes and no timeout); the other nodes
- * keep their delay for the moment they are released.
+ * keep their delay for the moment they are released. $20 the submit's traceparent or NULL.
  */
 export const insertRunSql = (s: string) => `
 WITH run AS (
   INSERT INTO ${s}.cyclone_runs
-    (id, workflow, state, input, submit_key, input_hash, steps_remaining, steps_active)
-  VALUES ($1, $2, 'running', $3::jsonb, $4, $5, $6, $7)
+    (id, workflow, state, input, submit_key, input_hash, steps_remaining, steps_active,
+     traceparent)
+  VALUES ($1, $2, 'running', $3::jsonb, $4, $5, $6, $7, $20)
   ON CONFLICT (workflow, submit_key) DO NOTHING
   RETURNING id
 ), steps AS (
@@ -62,7 +63,8 @@ WHERE EXISTS (SELECT 1 FROM run)`;
  * $6 root count, $7 nodes[], $8 actions[], $9 max_attempts[], $10 deps[], $11 downstream
  * jsonb[], $12 ancestors jsonb[], $13 channel, $14 run_at or NULL, $15 delay ms, $17 signal
  * names text[], $18 wait timeouts bigint[], $16 node delays
- * ms bigint[] (as in `insertRun`). Returns one row: `runs`, `steps` inserted.
+ * ms bigint[] (as in `insertRun`), $19 the submit's traceparent or NULL (every run of the
+ * statement gets it). Returns one row: `runs`, `steps` inserted.
  */
 export const insertRunsSql = (s: string) => `
 WITH n AS MATERIALIZED (
@@ -78,8 +80,8 @@ WITH n AS MATERIALIZED (
             wait_timeout_ms)
 ), run AS (
   INSERT INTO ${s}.cyclone_runs
-    (id, workflow, state, input, input_hash, steps_remaining, steps_active)
-  SELECT r.id, $4::text, 'running', r.input, r.input_hash, $5::int, $6::int
+    (id, workflow, state, input, input_hash, steps_remaining, steps_active, traceparent)
+  SELECT r.id, $4::text, 'running', r.input, r.input_hash, $5::int, $6::int, $19::text
   FROM unnest($1::uuid[], $2::jsonb[], $3::text[]) AS r(id, input, input_hash)
   RETURNING id
 ), steps AS (
@@ -166,6 +168,8 @@ export async function insertRun(
     inputHash: string;
     steps: StepColumns;
     start: RunStart;
+    /** The submit span's W3C traceparent, or null. */
+    traceparent: string | null;
   },
   plainText = false,
 ): Promise<{ id: string }[]> {
@@ -182,6 +186,7 @@ export async function insertRun(
     p.steps.delays,
     p.steps.waitFor,
     p.steps.waitTimeouts,
+    p.traceparent,
   ];
   return (await send<{ id: string }>(on, insertRunStatement(db), values, plainText)).rows;
 }
@@ -201,6 +206,8 @@ export async function insertRuns(
     workflow: string;
     steps: StepColumns;
     start: RunStart;
+    /** The submit span's W3C traceparent, or null. */
+    traceparent: string | null;
   },
   plainText = false,
 ): Promise<void> {
@@ -219,6 +226,7 @@ export async function insertRuns(
       p.steps.delays,
       p.steps.waitFor,
       p.steps.waitTimeouts,
+      p.traceparent,
     ],
     plainText,
   );
