@@ -38,6 +38,7 @@ import {
   storedFailure,
   writeFailure,
 } from './once-record.js';
+import { type OnceSpan, onceTracer, tracedOnce } from './once-telemetry.js';
 import * as sql from './sql.js';
 
 /** Per-`ctx` memory: same-key calls of one ctx run one after another; completionTx records. */
@@ -100,9 +101,13 @@ export function once<T>(
   }
   const state = stateOf(ctx);
   const previous = state.chains.get(opts.key);
+  const tracer = onceTracer(ctx.client);
   const run = (async () => {
     if (previous) await previous.catch(() => {});
-    return guarded(ctx, opts, fn, state);
+    // A `cyclone.once` span with the ledger's decision, when an SDK registered a tracer.
+    return tracer
+      ? tracedOnce(tracer, opts, (span) => guarded(ctx, opts, fn, state, span))
+      : guarded(ctx, opts, fn, state, undefined);
   })();
   state.chains.set(opts.key, run);
   const cleanup = () => {
@@ -120,21 +125,33 @@ async function guarded<T>(
   opts: Normalised<T>,
   fn: (key: string, info: CallInfo) => Promise<T>,
   state: CtxState,
+  span: OnceSpan | undefined,
 ): Promise<T> {
   // Recorded on this ctx's completionTx: not visible to a new connection, and its row is locked
   // by that transaction until the step commits, so answer from memory.
   const mem = state.recorded.get(opts.key);
   if (mem) {
     if (mem.hash !== opts.hash) throw new IdempotencyMismatchError(opts.key, opts.hash, mem.hash);
+    span?.decided('replayed');
     return mem.result as T;
   }
   for (let round = 0; round < MAX_ROUNDS; round++) {
     throwIfAborted(ctx);
     let d = await claimKey(ctx, opts);
-    if (d.kind === 'reconcile') d = await reconcile(ctx, opts, d, state);
+    let reconciled = false;
+    if (d.kind === 'reconcile') {
+      d = await reconcile(ctx, opts, d, state);
+      reconciled = true;
+    }
     if (d.kind === 'again') continue;
-    if (d.kind === 'replay') return d.result as T;
-    if (d.kind === 'call') return call(ctx, opts, fn, d, state);
+    if (d.kind === 'replay') {
+      span?.decided(reconciled ? 'reconciled' : 'replayed');
+      return d.result as T;
+    }
+    if (d.kind === 'call') {
+      span?.decided('called', d.recall);
+      return call(ctx, opts, fn, d, state);
+    }
   }
   throw new IdempotencyConflictError(
     opts.key,

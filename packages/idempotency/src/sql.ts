@@ -1,8 +1,8 @@
 /**
  * Every statement on the ledger, in one place, so that one file answers "what touches the
  * ledger". Each takes the quoted schema (`client.db.q`) and returns SQL text; values always
- * travel as parameters. Every statement touches the rows of one run (the primary key leads with
- * `run_id`), so none scans the table.
+ * travel as parameters. Every statement of the protocol touches the rows of one run (the primary
+ * key leads with `run_id`), so none scans the table.
  *
  * The step fence — "the step is still `running` at this attempt", the predicate of
  * `ctx.assertLease()` — is embedded in each statement that lets a call through, so the fence
@@ -187,3 +187,12 @@ WITH victims AS MATERIALIZED (
   RETURNING 1
 )
 SELECT count(*)::int AS deleted FROM gone`;
+
+/**
+ * The unknown outcomes open (rows in phase `unknown`), counted up to $1: the one statement that
+ * reads across runs at every metrics collection, so it goes by the partial index on them
+ * (migration 000002) and stops at the cap.
+ */
+export const countUnknown = (s: string) => `
+SELECT count(*)::int AS n FROM (
+  SELECT 1 FROM ${s}.${LEDGER_TABLE} WHERE phase = 'unknown' LIMIT $1) capped`;
