@@ -7,12 +7,16 @@
  *
  * PUBLIC_URL is the origin the providers' webhooks reach (Twilio signs it); default: the
  * request's Host. SENDGRID_WEBHOOK_VERIFICATION_KEY checks SendGrid's event signatures.
+ * OpenTelemetry: see telemetry.ts (off unless an OTEL_* exporter is configured).
  */
+// First: the OpenTelemetry SDK, when configured, must be registered before anything else loads.
+import './telemetry.js';
 import { Client, consoleLogger } from '@cyclone/core';
 import { buildApi } from './api.js';
 import { resolveDatabase } from './db.js';
 import { sendgridVerificationKey, twilioAuthToken } from './providers.js';
 import { migrateCheckout } from './schema.js';
+import { telemetry } from './telemetry.js';
 
 const db = await resolveDatabase();
 const client = new Client({
@@ -33,6 +37,7 @@ const address = await app.listen({
   port: Number(process.env.PORT ?? 3000),
 });
 process.stdout.write(`LISTENING ${address}\n`);
+for (const line of telemetry?.describe ?? []) process.stderr.write(`api: ${line}\n`);
 if (process.stdout.isTTY) {
   process.stdout.write(
     `try: curl -si -X POST ${address}/orders -H 'content-type: application/json' -H 'idempotency-key: k-1' -d '{"orderId":"o-1","sku":"widget","quantity":1,"email":"ada@example.com","phone":"+15551234567"}'\n`,
@@ -49,6 +54,7 @@ async function shutdown(): Promise<void> {
   await app.close();
   clearTimeout(force);
   await client.close();
+  await telemetry?.shutdown();
   await db.stop();
   process.exit(0);
 }

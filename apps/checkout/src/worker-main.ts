@@ -10,13 +10,17 @@
  * It carries the payment reconciliation's cron schedule (reconcile.ts), like every worker.
  * CHECKOUT_TIMINGS=demo shortens the waits (workflow.ts `Timings`); the API must have the same.
  * WORKER_CONCURRENCY (default 10) and WORKER_LEASE_MS (default 5,000) tune it; the demo uses
- * short leases so that a killed worker's steps come back within seconds.
+ * short leases so that a killed worker's steps come back within seconds. OpenTelemetry: see
+ * telemetry.ts (off unless an OTEL_* exporter is configured).
  */
+// First: the OpenTelemetry SDK, when configured, must be registered before anything else loads.
+import './telemetry.js';
 import { Client, consoleLogger, Worker } from '@cyclone/core';
 import { resolveDatabase } from './db.js';
 import { providersFromEnv } from './providers.js';
 import { reconcileSchedule, reconcileWorkflow } from './reconcile.js';
 import { migrateCheckout } from './schema.js';
+import { telemetry } from './telemetry.js';
 import { checkoutWorkflow, timingsFromEnv } from './workflow.js';
 
 const num = (name: string, def: number) => {
@@ -46,7 +50,9 @@ const worker = new Worker({
   pollIntervalMs: 500,
 });
 await worker.start();
-for (const line of providers.describe) process.stderr.write(`worker ${process.pid}: ${line}\n`);
+for (const line of [...providers.describe, ...(telemetry?.describe ?? [])]) {
+  process.stderr.write(`worker ${process.pid}: ${line}\n`);
+}
 process.stdout.write(`READY ${process.pid} ${worker.workerId}\n`);
 
 let stopping = false;
@@ -55,6 +61,7 @@ async function shutdown(): Promise<void> {
   stopping = true;
   await worker.stop({ graceMs: 5_000 });
   await client.close();
+  await telemetry?.shutdown();
   await db.stop();
   process.exit(0);
 }
