@@ -267,12 +267,11 @@ describe('signals and delayed runs', () => {
     const run = await client.waitForRun(runId, { timeoutMs: 10_000, pollMs: 50 });
     const approval = stateOf(run, 'approval');
     expect(approval?.output).toEqual({ ok: 1 });
+    const startedAt = approval?.startedAt;
+    if (!approval || !startedAt) throw new Error('approval never started');
     // Reached at the run's time, not at the signal.
-    expect(approval?.startedAt?.getTime()).toBeGreaterThanOrEqual(
-      (approval?.scheduledAt as Date).getTime(),
-    );
-    const created = run.createdAt.getTime();
-    expect((approval?.startedAt as Date).getTime() - created).toBeGreaterThanOrEqual(1_400);
+    expect(startedAt.getTime()).toBeGreaterThanOrEqual(approval.scheduledAt.getTime());
+    expect(startedAt.getTime() - run.createdAt.getTime()).toBeGreaterThanOrEqual(1_400);
   });
 
   it('signals and cancels of the same runs at once: each signal is taken or refused, never a deadlock', async () => {

@@ -162,7 +162,8 @@ describe('a due step is not held back by a claim that filled some slots', () => 
       await client.submit(SlowFlow, {});
       const run = await client.waitForRun(late.runId, { timeoutMs: 10_000, pollMs: 50 });
       const step = run.steps[0];
-      const lateBy = (step?.startedAt as Date).getTime() - (step?.scheduledAt as Date).getTime();
+      if (!step?.startedAt) throw new Error('the delayed run never started');
+      const lateBy = step.startedAt.getTime() - step.scheduledAt.getTime();
       // Far below the 5 s poll interval (both timestamps are the database's clock).
       expect(lateBy).toBeLessThan(1_500);
     } finally {
