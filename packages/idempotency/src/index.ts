@@ -5,7 +5,22 @@ export {
   defineAdapterTables,
   type Queryable,
 } from './adapter-db.js';
-export * from './errors.js';
+export {
+  AmbiguousOutcomeError,
+  DefinitiveFailureError,
+  IdempotencyConflictError,
+  IdempotencyKeyError,
+  IdempotencyMismatchError,
+  IdempotencyPayloadError,
+  IdempotencyUsageError,
+  InProgressError,
+  NotSentError,
+  OutcomeError,
+  QUIET_PERIOD_MARGIN_MS,
+  RateLimitedError,
+  type StoredFailure,
+  UnknownOutcomeError,
+} from './errors.js';
 export {
   BOUND_DIGEST_LENGTH,
   boundKey,
@@ -14,8 +29,23 @@ export {
   MIN_KEY_LIMIT,
   nativeKey,
 } from './key.js';
-export * from './ledger.js';
-export * from './on-conflict.js';
+export {
+  getLedgerEntry,
+  type LedgerEntry,
+  type LedgerPhase,
+  listLedgerEntries,
+  migrateIdempotency,
+  type ReapOptions,
+  type Resolution,
+  reapLedger,
+  resolveKey,
+} from './ledger.js';
+export {
+  type InsertOnceResult,
+  insertOnce,
+  type OnceWriteOptions,
+  upsertOnce,
+} from './on-conflict.js';
 export { once } from './once.js';
 export {
   type CallInfo,
@@ -26,7 +56,14 @@ export {
   type ReconcileInfo,
   type UnknownPolicy,
 } from './once-options.js';
-export * from './outcome.js';
+export {
+  classifyError,
+  classifyHttpStatus,
+  isOutcome,
+  OUTCOME_KINDS,
+  type Outcome,
+  type OutcomeKind,
+} from './outcome.js';
 export {
   headerValue,
   parseRateLimitReset,
