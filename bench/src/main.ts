@@ -21,6 +21,7 @@ import {
   signalThroughput,
   timerLateness,
 } from './cyclone-scenarios.js';
+import { otelCost } from './otel-rows.js';
 import { FULL, type Mode, QUICK, rows } from './plan.js';
 import { renderReport } from './report.js';
 import { type Column, Results } from './results.js';
@@ -223,6 +224,11 @@ try {
     if (h.length && e.length) results.add('7r', name, median(h) / median(e), 'ratio of medians');
   }
   await cycloneOnlyRows(guard);
+  if (want(13)) {
+    section('13. the cost of OpenTelemetry');
+    if (has('cyclone')) await otelCost(ctx, mode, guard);
+    else log('row 13 is Cyclone only: skipped (--systems has no cyclone)');
+  }
 } finally {
   await admin.dropAll().catch(() => {});
 }

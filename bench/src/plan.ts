@@ -1,4 +1,5 @@
 /** The two modes and the rows of the results table. */
+import { otelRows } from './otel-rows.js';
 import type { RowDef } from './results.js';
 
 export interface Mode {
@@ -270,6 +271,7 @@ export function rows(m: Mode): RowDef[] {
       higherIsBetter: true,
       digits: 0,
     },
+    ...otelRows(m),
   );
   return r;
 }

@@ -135,6 +135,8 @@ export interface DrainOptions {
    * waits for its due time, so both start on a table that settled as long after its insert).
    */
   settleMs?: number;
+  /** The worker child's script instead of this build's (row 13: another core, or an SDK). */
+  childScript?: string;
 }
 
 /**
@@ -168,16 +170,19 @@ export async function drain(
     if (options.settleMs) await sleep(options.settleMs);
     const before = await ctx.admin.counters(db);
     const expected = units * JOBS_PER_UNIT[workload];
-    const child = new ChildWorker({
-      system: name,
-      mode: 'drain',
-      url,
-      variant,
-      workload,
-      expected,
-      capMs,
-      idFloor,
-    });
+    const child = new ChildWorker(
+      {
+        system: name,
+        mode: 'drain',
+        url,
+        variant,
+        workload,
+        expected,
+        capMs,
+        idFloor,
+      },
+      options.childScript,
+    );
     try {
       await child.waitFor('@T0', START_TIMEOUT_MS);
       const cpu0 = await ctx.admin.backendCpu(db);
