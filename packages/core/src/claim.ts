@@ -204,10 +204,12 @@ export class ClaimLoop {
       const dueIn = await withTransaction(parts.controlPool, async (c) => {
         this.claimPid = (c as unknown as { processID?: number }).processID;
         try {
-          await c.query("SET LOCAL lock_timeout = '100ms'");
           return await nextDueIn(c, parts.db, {
             workflows: this.workflowNames,
             nodeKeys: this.nodeKeys,
+            lockTimeoutMs: 100,
+            // Cut off between its statements and its COMMIT, the transaction ends on the server.
+            idleLimitMs: config.leaseMs,
           });
         } finally {
           this.claimPid = undefined;

@@ -22,7 +22,12 @@ export interface WorkerPools {
  * Two pools of the worker's own when the client was made from a connection string (the step
  * pool of `poolSize` connections, the control pool of 3); else the client's pool for both.
  */
-export function makeWorkerPools(client: Client, poolSize: number, log: Logger): WorkerPools {
+export function makeWorkerPools(
+  client: Client,
+  poolSize: number,
+  log: Logger,
+  leaseMs: number,
+): WorkerPools {
   const url = client.connectionString;
   if (!url) return { pool: client.pool, controlPool: client.pool, owned: false };
   // The control pool runs the engine's own statements only (never a handler's query), with two
@@ -37,9 +42,16 @@ export function makeWorkerPools(client: Client, poolSize: number, log: Logger): 
   // refuses unknown startup parameters); not sent when prepared statements are off, the sign of
   // a transaction-pooling proxy, where a session setting would land on whichever server
   // connection runs it. Three connections: a claim and a completion batch in flight, and one
-  // for the heartbeat and the sweep.
+  // for the heartbeat and the sweep. And no transaction of the engine's may sit idle on the
+  // server longer than the lease (a worker cut off between a BEGIN and its next statement).
   const controlSql = client.db.prepare
-    ? 'SET enable_bitmapscan = off; SET plan_cache_mode = force_generic_plan'
+    ? [
+        { text: 'SET enable_bitmapscan = off; SET plan_cache_mode = force_generic_plan' },
+        {
+          text: "SELECT set_config('idle_in_transaction_session_timeout', $1, false)",
+          values: [String(Math.max(1, Math.ceil(leaseMs)))],
+        },
+      ]
     : undefined;
   return {
     pool: makePool(url, poolSize, log),
@@ -50,14 +62,14 @@ export function makeWorkerPools(client: Client, poolSize: number, log: Logger): 
 
 /**
  * One pool. `onConnectSql` runs on each new connection before it is handed out (pg-pool awaits
- * it); a failure is only logged: the settings are planner hints, and the statements work
- * without them.
+ * it); a failure is only logged: the settings are planner hints and a bound on idle
+ * transactions, and the statements work without them.
  */
 function makePool(
   connectionString: string,
   max: number,
   log: Logger,
-  onConnectSql?: string,
+  onConnectSql?: { text: string; values?: string[] }[],
 ): pg.Pool {
   const p = new pg.Pool({
     connectionString,
@@ -67,9 +79,11 @@ function makePool(
     ...(onConnectSql
       ? {
           onConnect: async (c: pg.ClientBase) => {
-            await c.query(onConnectSql).catch((err: Error) => {
-              log.warn({ err: err.message }, `could not run "${onConnectSql}"`);
-            });
+            for (const q of onConnectSql) {
+              await c.query(q.text, q.values).catch((err: Error) => {
+                log.warn({ err: err.message }, `could not run "${q.text}"`);
+              });
+            }
           },
         }
       : {}),

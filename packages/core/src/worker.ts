@@ -164,7 +164,12 @@ export class Worker {
       options.workerId ?? `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
     const log = (options.logger ?? client.logger).child({ workerId: this.workerId });
     this.log = log;
-    const pools = makeWorkerPools(client, options.poolSize ?? Math.min(this.concurrency, 10), log);
+    const pools = makeWorkerPools(
+      client,
+      options.poolSize ?? Math.min(this.concurrency, 10),
+      log,
+      leaseMs,
+    );
     this.pool = pools.pool;
     this.controlPool = pools.controlPool;
     this.ownsPool = pools.owned;

@@ -160,14 +160,32 @@ LIMIT 1`;
 const nextDueStatement = defineStatement('next_due', nextDueSql);
 
 /**
+ * Limits for the rest of the current transaction: how long a statement waits for a lock ($1 ms)
+ * and how long the transaction may sit idle on the server ($2 ms).
+ */
+export const localLimitsSql = (_s: string) =>
+  `SELECT set_config('lock_timeout', $1::text, true),
+          set_config('idle_in_transaction_session_timeout', $2::text, true)`;
+const localLimitsStatement = defineStatement('local_limits', localLimitsSql, false);
+
+/**
  * Milliseconds until the worker's next step is due (its time by the database's clock), or
- * undefined when none of its workflows has a step waiting for its time.
+ * undefined when none of its workflows has a step waiting for its time. With `lockTimeoutMs` and
+ * `idleLimitMs`, `on` is a transaction, limited first (`localLimitsSql`).
  */
 export async function nextDueIn(
   on: Queryable,
   db: SqlScope,
-  p: { workflows: string[]; nodeKeys: string[] },
+  p: { workflows: string[]; nodeKeys: string[]; lockTimeoutMs?: number; idleLimitMs?: number },
 ): Promise<number | undefined> {
+  if (p.lockTimeoutMs !== undefined && p.idleLimitMs !== undefined) {
+    await send(
+      on,
+      localLimitsStatement(db),
+      [String(p.lockTimeoutMs), String(Math.max(1, Math.ceil(p.idleLimitMs)))],
+      true,
+    );
+  }
   const { rows } = await send<{ due_in_ms: number }>(on, nextDueStatement(db), [
     p.workflows,
     p.nodeKeys,
