@@ -176,11 +176,20 @@ describe('an input that cannot be made costs its fire time, logged, and nothing 
   const scheduler = (s: Schedule<{ day: string }>) =>
     new Scheduler({ pool: client.pool, db: client.db, log: silentLogger, client, schedules: [s] });
 
-  /** One fire time due now (the last whole second). */
+  /**
+   * One fire time due now (the last whole minute, for an every-minute cron), and the next a
+   * minute away: the test's passes all fall between the two (it waits out a minute's last two
+   * seconds first), however slow the machine.
+   */
   async function dueNow(name: string) {
+    const { rows } = await db.pool.query<{ left_ms: number }>(
+      `SELECT (extract(epoch FROM date_trunc('minute', now()) + interval '1 minute' - now()) * 1000)::float8 AS left_ms`,
+    );
+    const left = rows[0]?.left_ms ?? 60_000;
+    if (left < 2_000) await new Promise((r) => setTimeout(r, left + 100));
     await db.pool.query(
       `UPDATE cyclone.cyclone_schedules
-       SET fires_after = date_trunc('second', now()) - interval '0.5 seconds' WHERE name = $1`,
+       SET fires_after = date_trunc('minute', now()) - interval '0.5 seconds' WHERE name = $1`,
       [name],
     );
   }
@@ -188,14 +197,14 @@ describe('an input that cannot be made costs its fire time, logged, and nothing 
   it('an input function that throws, or an input the workflow refuses: no run, counted', async () => {
     const throws = newSchedule('in-throws', {
       ...good,
-      cron: '* * * * * *',
+      cron: '0 * * * * *',
       input: () => {
         throw new Error('no report today');
       },
     });
     const refused = newSchedule('in-refused', {
       ...good,
-      cron: '* * * * * *',
+      cron: '0 * * * * *',
       input: () => ({ day: 'not a day' }),
     });
     for (const s of [throws, refused]) {
