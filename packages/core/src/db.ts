@@ -156,7 +156,12 @@ export async function retryTransient<T>(fn: () => Promise<T>, policy: RetryPolic
     } catch (err) {
       const transient = isConnectionError(err) || isTransactionConflict(err);
       if (!transient || Date.now() >= deadline) throw err;
-      policy.log?.warn({ err: String(err) }, 'database connection failed; retrying');
+      policy.log?.warn(
+        { err: String(err) },
+        isTransactionConflict(err)
+          ? 'transaction conflict (deadlock or serialization failure); retrying'
+          : 'database connection failed; retrying',
+      );
       await sleep(Math.min((policy.baseMs ?? 50) * 2 ** i, policy.maxDelayMs ?? 2_000));
     }
   }
