@@ -49,12 +49,6 @@ const worker = new Worker({
   sweepIntervalMs: Math.max(250, Math.round(leaseMs / 4)),
   pollIntervalMs: 500,
 });
-await worker.start();
-for (const line of [...providers.describe, ...(telemetry?.describe ?? [])]) {
-  process.stderr.write(`worker ${process.pid}: ${line}\n`);
-}
-process.stdout.write(`READY ${process.pid} ${worker.workerId}\n`);
-
 let stopping = false;
 async function shutdown(): Promise<void> {
   if (stopping) return;
@@ -65,8 +59,16 @@ async function shutdown(): Promise<void> {
   await db.stop();
   process.exit(0);
 }
+// Before READY: without a listener, a SIGTERM that comes right after it would kill the process
+// at once (the default action) instead of stopping it gracefully.
 process.on('SIGTERM', () => void shutdown());
 process.on('SIGINT', () => void shutdown());
+
+await worker.start();
+for (const line of [...providers.describe, ...(telemetry?.describe ?? [])]) {
+  process.stderr.write(`worker ${process.pid}: ${line}\n`);
+}
+process.stdout.write(`READY ${process.pid} ${worker.workerId}\n`);
 if (process.env.EXIT_WITH_PARENT === '1') {
   // Started by the demo: stop when it goes away (it holds our stdin).
   process.stdin.on('end', () => void shutdown());
