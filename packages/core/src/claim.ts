@@ -91,8 +91,6 @@ export class ClaimLoop {
   /** When the next due step was last read (ms, this process's clock), and when it is due. */
   private dueReadAt = 0;
   private dueAt: number | undefined;
-  /** A NOTIFY came since the last read: read it again before trusting it. */
-  private dueStale = true;
   /** `workflow/node` of every node the worker can run: it claims only those. */
   private readonly nodeKeys: string[];
   private readonly workflowNames: string[];
@@ -107,12 +105,8 @@ export class ClaimLoop {
     );
   }
 
-  /**
-   * Ends the current wait (or the next one) at once. `news`: a NOTIFY of a new or rescheduled
-   * step (or the LISTEN connection back), so the next due time must be read again.
-   */
-  wake(news = false): void {
-    if (news) this.dueStale = true;
+  /** Ends the current wait (or the next one) at once. */
+  wake(): void {
     this.wakePending = true;
     this.wakeResolve?.();
   }
@@ -137,9 +131,10 @@ export class ClaimLoop {
         }
         if (got === want) continue;
         // Slots left free: sleep until the next step is due. The next due time is read again
-        // when nothing was claimed, after a NOTIFY, or when the last read is a quarter second
-        // old; else the last read stands (a busy loop would read it after every completion).
-        const fresh = got > 0 && !this.dueStale && Date.now() - this.dueReadAt < 250;
+        // when nothing was claimed or the last read is a quarter second old; else the last read
+        // stands (a busy loop would read it after every completion, and completions that release
+        // steps NOTIFY too).
+        const fresh = got > 0 && Date.now() - this.dueReadAt < 250;
         await this.waitForWake(fresh ? this.untilKnownDue() : await this.idleWait());
         continue;
       }
@@ -216,7 +211,6 @@ export class ClaimLoop {
         }
       });
       this.dueReadAt = Date.now();
-      this.dueStale = false;
       this.dueAt = dueIn === undefined ? undefined : this.dueReadAt + dueIn;
       if (dueIn === undefined) return config.pollIntervalMs;
       if (dueIn <= 0) {

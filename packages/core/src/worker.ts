@@ -221,7 +221,7 @@ export class Worker {
       wake: (payload) =>
         payload !== undefined && this.scheduler?.wants(payload)
           ? this.scheduler.wake()
-          : this.claims.wake(true),
+          : this.claims.wake(),
     });
     this.heartbeat = new Heartbeat(
       {
