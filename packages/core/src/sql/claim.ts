@@ -103,15 +103,16 @@ export async function claimStepsWithoutUpstream(
   db: SqlScope,
   p: ClaimParams,
 ): Promise<ClaimedStep[]> {
-  const { rows } = await send<ClaimedStep>(on, claimStepsWithoutUpstreamStatement(db), [
-    p.workflows,
-    p.limit,
-    p.workerId,
-    p.leaseMs,
-    p.nodeKeys,
-  ]);
+  const { rows } = await send<ClaimedStep>(
+    on,
+    claimStepsWithoutUpstreamStatement(db),
+    claimValues(p),
+  );
   return rows;
 }
+
+/** The claim's parameters in statement order ($1 workflows … $5 node keys). */
+const claimValues = (p: ClaimParams) => [p.workflows, p.limit, p.workerId, p.leaseMs, p.nodeKeys];
 
 /** The outputs of `run`'s completed nodes among `nodes`, by node name. */
 export async function selectUpstream(
@@ -132,13 +133,7 @@ export async function claimSteps(
   db: SqlScope,
   p: ClaimParams,
 ): Promise<ClaimedStep[]> {
-  const { rows } = await send<ClaimedStep>(on, claimStepsStatement(db), [
-    p.workflows,
-    p.limit,
-    p.workerId,
-    p.leaseMs,
-    p.nodeKeys,
-  ]);
+  const { rows } = await send<ClaimedStep>(on, claimStepsStatement(db), claimValues(p));
   return rows;
 }
 
