@@ -129,6 +129,26 @@ export function withTransaction<T>(
   });
 }
 
+/**
+ * Runs `fn` (a whole transaction) in a transaction on a connection of `pool`, again when
+ * PostgreSQL rolled it back for a deadlock or a serialization failure (`isTransactionConflict`),
+ * at most `tries` times in all. Not after a connection error: the transaction may have committed.
+ * @throws the last error, once it is not a conflict or the tries are used up.
+ */
+export async function withTransactionRetried<T>(
+  pool: pg.Pool,
+  fn: (c: pg.PoolClient) => Promise<T>,
+  tries = 5,
+): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await withTransaction(pool, fn);
+    } catch (err) {
+      if (!isTransactionConflict(err) || attempt >= tries) throw err;
+    }
+  }
+}
+
 /** How `retryTransient` retries. Durations in ms. */
 export interface RetryPolicy {
   /** Retry until this much time has passed since the first try. */

@@ -4,7 +4,7 @@
  * same run, and is run again when it loses a deadlock or serialization failure.
  */
 import type pg from 'pg';
-import { type Db, isTransactionConflict, withTransaction } from './db.js';
+import { type Db, withTransactionRetried } from './db.js';
 import { InvalidStateError, NodeNotFoundError, RunNotFoundError } from './errors.js';
 import { isUuid } from './inspect.js';
 import { isStorableText } from './json.js';
@@ -110,16 +110,13 @@ async function inRunTx<T>(
   runId: string,
   fn: (c: pg.PoolClient, run: runsSql.LockedRun) => Promise<T>,
 ): Promise<T> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await withTransaction(db.pool, async (c) => {
-        const run = await runsSql.lockRun(c, db, runId);
-        if (!run) throw new RunNotFoundError(runId);
-        return await fn(c, run);
-      });
-    } catch (err) {
-      if (isTransactionConflict(err) && attempt < MAX_TRIES) continue;
-      throw err;
-    }
-  }
+  return withTransactionRetried(
+    db.pool,
+    async (c) => {
+      const run = await runsSql.lockRun(c, db, runId);
+      if (!run) throw new RunNotFoundError(runId);
+      return await fn(c, run);
+    },
+    MAX_TRIES,
+  );
 }

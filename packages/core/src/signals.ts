@@ -2,7 +2,7 @@
  * `Client.signal`: a durable signal for a run, stored whatever the run's progress (the first one
  * of a name per run stands), which a wait node of that name completes with.
  */
-import { type Db, isTransactionConflict, withTransaction } from './db.js';
+import { type Db, withTransactionRetried } from './db.js';
 import { InvalidSignalError, InvalidStateError, PayloadError, RunNotFoundError } from './errors.js';
 import { isUuid } from './inspect.js';
 import { encodePayload } from './json.js';
@@ -86,11 +86,5 @@ async function inOwnTransaction(
   scope: SignalScope,
   values: { runId: string; name: string; payload: string },
 ) {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await withTransaction(scope.db.pool, (c) => insertSignal(c, scope.db, values));
-    } catch (err) {
-      if (!isTransactionConflict(err) || attempt >= 5) throw err;
-    }
-  }
+  return withTransactionRetried(scope.db.pool, (c) => insertSignal(c, scope.db, values));
 }
