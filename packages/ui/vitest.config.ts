@@ -1,0 +1,3 @@
+import { cycloneProject } from '../../vitest.shared.js';
+
+export default cycloneProject('ui');
