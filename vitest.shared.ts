@@ -10,6 +10,7 @@
  * `sourceConditionEverywhere` for the others (vitest's own, which imports the global setups,
  * inherits neither).
  */
+import { fileURLToPath } from 'node:url';
 import { defaultServerConditions, type Plugin } from 'vite';
 import { defineProject, type UserWorkspaceConfig } from 'vitest/config';
 
@@ -79,4 +80,29 @@ export function lowestSdkProject(
     replacement: to,
   }));
   return { ...base, resolve: { ...base.resolve, alias } };
+}
+
+/** The setup file that starts a PgBouncer for each test file of a `@pgbouncer` project. */
+const PGBOUNCER_SETUP = fileURLToPath(
+  new URL('./tools/testkit/src/pgbouncer-setup.ts', import.meta.url),
+);
+
+/**
+ * A package's third project: the test files `include` again with the engine behind PgBouncer
+ * (Debian's package, transaction pooling), each file with a PgBouncer of its own
+ * (tools/testkit/src/pgbouncer-setup.ts) and `CYCLONE_TEST_VIA=pgbouncer`, so that the tests'
+ * `engineUrl()`, `engineClientOptions` and `engineWorkerOptions` (@cyclone/testkit) take the
+ * way and the settings docs/operations.md gives for it. The project is named `<name>@pgbouncer`.
+ */
+export function pgbouncerProject(
+  name: string,
+  include: string[],
+  test: ProjectTestOptions = {},
+): UserWorkspaceConfig {
+  return cycloneProject(`${name}@pgbouncer`, {
+    ...test,
+    include,
+    setupFiles: [PGBOUNCER_SETUP, ...[test.setupFiles ?? []].flat()],
+    env: { ...test.env, CYCLONE_TEST_VIA: 'pgbouncer' },
+  });
 }

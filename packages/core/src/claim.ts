@@ -3,6 +3,7 @@
  * outcome recorded), then a wait for a NOTIFY, a freed slot or the poll interval.
  */
 import type pg from 'pg';
+import { cancelStatement } from './cancel.js';
 import type { Client } from './client.js';
 import type { Completer, CompletionCounters } from './completion.js';
 import { CompletionTx } from './completion-tx.js';
@@ -82,8 +83,8 @@ export interface ClaimParts {
 export class ClaimLoop {
   /** Steps in `inflight` whose handler settled and whose outcome is being recorded. */
   private finishing = 0;
-  /** Backend pid of the claim statement in flight, if any. */
-  private claimPid: number | undefined;
+  /** The connection of the claim statement in flight, if any (for `cancel`). */
+  private claimConn: pg.ClientBase | undefined;
   private wakeResolve: (() => void) | undefined;
   private wakePending = false;
   /** Empty claims in a row while a step was due already (`idleWait`'s backoff). */
@@ -143,15 +144,15 @@ export class ClaimLoop {
   }
 
   /**
-   * Cancels the claim statement in flight (`pg_cancel_backend`), so that a claim hanging past
-   * the stop's grace period takes nothing that would run on a stopped worker.
+   * Cancels the claim statement in flight (a CancelRequest, `cancelStatement`, which reaches the
+   * server backend behind PgBouncer too), so that a claim hanging past the stop's grace period
+   * takes nothing that would run on a stopped worker.
    */
   async cancel(): Promise<void> {
-    const pid = this.claimPid;
-    if (!pid) return;
-    await withConnection(this.parts.controlPool, (c) =>
-      c.query('SELECT pg_cancel_backend($1)', [pid]),
-    ).catch(() => {});
+    const c = this.claimConn;
+    if (c && !(await cancelStatement(c))) {
+      this.parts.log.warn({}, 'could not cancel the claim in flight');
+    }
   }
 
   /**
@@ -197,7 +198,7 @@ export class ClaimLoop {
     const { parts, config } = this;
     try {
       const dueIn = await withTransaction(parts.controlPool, async (c) => {
-        this.claimPid = (c as unknown as { processID?: number }).processID;
+        this.claimConn = c;
         try {
           return await nextDueIn(c, parts.db, {
             workflows: this.workflowNames,
@@ -207,7 +208,7 @@ export class ClaimLoop {
             idleLimitMs: config.leaseMs,
           });
         } finally {
-          this.claimPid = undefined;
+          this.claimConn = undefined;
         }
       });
       this.dueReadAt = Date.now();
@@ -248,7 +249,7 @@ export class ClaimLoop {
     const t0 = parts.telemetry?.claimStarted();
     const rows = await withConnection(parts.controlPool, async (c) => {
       // Known while the statement runs, so that stop() can cancel a claim that hangs.
-      this.claimPid = (c as unknown as { processID?: number }).processID;
+      this.claimConn = c;
       try {
         return await claimSteps(c, parts.db, params);
       } catch (err) {
@@ -263,7 +264,7 @@ export class ClaimLoop {
         );
         return await claimStepsWithoutUpstream(c, parts.db, params);
       } finally {
-        this.claimPid = undefined;
+        this.claimConn = undefined;
       }
     });
     if (t0 !== undefined) parts.telemetry?.claimEnded(t0);
@@ -330,7 +331,6 @@ export class ClaimLoop {
     const tx = new CompletionTx(
       { runId: row.run_id, node: row.node, attempt: row.attempt },
       parts.pool,
-      parts.controlPool,
       log,
     );
     const run = async (): Promise<Recorded> => {

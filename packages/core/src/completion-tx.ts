@@ -5,6 +5,7 @@
  * closed: rolled back, or cancelled when a handler query is still running on it.
  */
 import type pg from 'pg';
+import { cancelStatement } from './cancel.js';
 import { LeaseLostError } from './errors.js';
 import type { Logger } from './logger.js';
 import type { Tx } from './types.js';
@@ -33,13 +34,11 @@ export class CompletionTx {
   /**
    * @param step the step whose attempt the transaction belongs to (for `LeaseLostError`).
    * @param pool the step pool the transaction's connection comes from.
-   * @param controlPool where a running handler query is cancelled; never held by handlers.
    * @param log the step's logger.
    */
   constructor(
     private readonly step: TxOwner,
     private readonly pool: pg.Pool,
-    private readonly controlPool: pg.Pool,
     private readonly log: Logger,
   ) {
     this.api = {
@@ -117,9 +116,10 @@ export class CompletionTx {
     if (this.busy > 0) {
       // A handler query is still running (a lock wait, a slow statement): a ROLLBACK would queue
       // behind it. Cancel it and drop the connection; the server rolls the transaction back.
-      const pid = (c as unknown as { processID?: number }).processID;
-      if (pid) {
-        await this.controlPool.query('SELECT pg_cancel_backend($1)', [pid]).catch(() => {});
+      // Dropped only once the cancel was taken: behind PgBouncer a client gone first takes its
+      // link to the server connection along, and the cancel would find nothing to forward to.
+      if (!(await cancelStatement(c))) {
+        this.log.warn({}, 'could not cancel the completionTx query still running');
       }
       this.release(c, new Error('the attempt ended while a completionTx query was running'));
       return;

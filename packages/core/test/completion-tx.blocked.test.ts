@@ -3,9 +3,16 @@
  * statement) when its attempt ends — by the action's timeout or by the worker's stop. The
  * blocked statement is cancelled and its connection dropped (the server rolls the transaction
  * back), so the outcome is recorded at once and the slot, the connection and stop() are not
- * held until the lock goes away.
+ * held until the lock goes away. Run directly and through PgBouncer (vitest.pgbouncer.config.ts),
+ * where the connection's process id is PgBouncer's, not the server backend's.
  */
-import { deferred, waitFor } from '@cyclone/testkit';
+import {
+  deferred,
+  engineClientOptions,
+  engineUrl,
+  engineWorkerOptions,
+  waitFor,
+} from '@cyclone/testkit';
 import type pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Client, newAction, newWorkflow, type StepInfo, Worker } from '../src/index.js';
@@ -42,7 +49,11 @@ describe('an attempt that ends while its completionTx query is blocked', () => {
   beforeAll(async () => {
     db = await createTestDb();
     await db.pool.query('CREATE TABLE blocker (id int)');
-    client = new Client({ connectionString: db.url, poolSize: 4 });
+    client = new Client({
+      connectionString: engineUrl(db.url),
+      poolSize: 4,
+      ...engineClientOptions,
+    });
   });
 
   afterEach(async () => {
@@ -87,7 +98,12 @@ describe('an attempt that ends while its completionTx query is blocked', () => {
 
   it('on timeout: the timeout is recorded at once and the blocked query cancelled', async () => {
     await lockBlocker();
-    const worker = new Worker({ client, workflows: [BlockedTimeout], leaseMs: 30_000 });
+    const worker = new Worker({
+      client,
+      workflows: [BlockedTimeout],
+      leaseMs: 30_000,
+      ...engineWorkerOptions,
+    });
     workers.push(worker);
     await worker.start();
     const { runId } = await client.submit(BlockedTimeout, {});
@@ -105,7 +121,12 @@ describe('an attempt that ends while its completionTx query is blocked', () => {
 
   it('on stop: stop() returns within its grace period and the blocked query is cancelled', async () => {
     await lockBlocker();
-    const worker = new Worker({ client, workflows: [BlockedStop], leaseMs: 30_000 });
+    const worker = new Worker({
+      client,
+      workflows: [BlockedStop],
+      leaseMs: 30_000,
+      ...engineWorkerOptions,
+    });
     workers.push(worker);
     await worker.start();
     const { runId } = await client.submit(BlockedStop, {});
@@ -118,6 +139,10 @@ describe('an attempt that ends while its completionTx query is blocked', () => {
     });
     try {
       await waitFor('stop() to return while the lock is held', () => stopped, { timeoutMs: 5_000 });
+      // Still locked: only the cancellation ends the handler's query on the server.
+      await waitFor('the blocked query to be gone', async () => (await lockWaiters()) === 0, {
+        timeoutMs: 5_000,
+      });
     } finally {
       await unlock();
       await stopping;

@@ -9,5 +9,18 @@ export {
 } from './child.js';
 export { ADMIN_URL, createTestDb, type TestDb, templateName, urlFor } from './db.js';
 export { type MigrateTemplate, templateSetup } from './global-setup.js';
+export {
+  type PgBouncer,
+  type PgBouncerOptions,
+  pgbouncerVersion,
+  startPgBouncer,
+} from './pgbouncer.js';
+export {
+  engineClientOptions,
+  engineUrl,
+  engineWorkerOptions,
+  type TestVia,
+  testVia,
+} from './via.js';
 export { count, type Deferred, deferred, mapLimit, type WaitOptions, waitFor } from './wait.js';
 export { announceReady, emitLine, envNumber, requireEnv } from './worker-process.js';
