@@ -105,7 +105,7 @@ const num = new Intl.NumberFormat();
 /** A capped count: "1,234", or "10,000+" when the server stopped counting. */
 export function formatCount(c: Count | null | undefined): string {
   if (!c) return '—';
-  return `${num.format(c.n)}${c.capped ? '+' : ''}`;
+  return `${num.format(c.count)}${c.capped ? '+' : ''}`;
 }
 
 /** A plain number with grouping. */

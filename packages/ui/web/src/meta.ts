@@ -32,6 +32,7 @@ export function useMeta(): MetaResponse {
   });
   const m = q.data ?? initial;
   // Read-only wins over whatever rights a hook grants: the server refuses those actions anyway.
-  if (m.readOnly) return { ...m, can: { retry: false, cancel: false, signal: false, schedules: false } };
+  if (m.readOnly)
+    return { ...m, can: { retry: false, cancel: false, signal: false, schedules: false } };
   return m;
 }

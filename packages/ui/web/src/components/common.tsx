@@ -82,9 +82,7 @@ export function Card({
 }
 
 /** Nothing to show, said plainly. */
-export const Empty = ({ children }: { children: ReactNode }) => (
-  <p className="empty">{children}</p>
-);
+export const Empty = ({ children }: { children: ReactNode }) => <p className="empty">{children}</p>;
 
 /** The sentence every action's confirmation carries (the server sends the same as `notice`). */
 export const Notice = () => (
@@ -94,8 +92,9 @@ export const Notice = () => (
 );
 
 /**
- * A modal confirmation (native <dialog>): `onConfirm` runs on the confirm button; `busy`
- * disables both buttons while an action runs; `children` say what will happen.
+ * A modal confirmation (native <dialog>): `onConfirm` runs on the confirm button; while `busy`
+ * the confirm button is disabled and the other one reads "Stop" (`onClose` decides what that
+ * means); `children` say what will happen.
  */
 export function ConfirmDialog({
   open,
@@ -124,12 +123,21 @@ export function ConfirmDialog({
     if (!open && d.open) d.close();
   }, [open]);
   return (
-    <dialog ref={ref} className="dialog" onClose={onClose} onCancel={onClose} aria-label={title}>
+    <dialog
+      ref={ref}
+      className="dialog"
+      onCancel={(e) => {
+        // Esc: the dialog stays while an action runs (the button below stops it instead)
+        e.preventDefault();
+        onClose();
+      }}
+      aria-label={title}
+    >
       <h2>{title}</h2>
       <div className="dialog-body">{children}</div>
       <div className="dialog-buttons">
-        <button type="button" onClick={onClose} disabled={busy}>
-          Close
+        <button type="button" onClick={onClose} data-testid="dialog-close">
+          {busy ? 'Stop' : 'Close'}
         </button>
         <button
           type="button"

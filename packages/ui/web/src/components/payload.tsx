@@ -5,7 +5,7 @@
  * download link, so a 5 MB output never reaches the page in full.
  */
 import { useMemo, useState } from 'react';
-import { collapseAllNested, darkStyles, defaultStyles, JsonView } from 'react-json-view-lite';
+import { darkStyles, defaultStyles, JsonView } from 'react-json-view-lite';
 import 'react-json-view-lite/dist/index.css';
 import type { Payload } from '../../../src/shared/api.ts';
 import { formatBytes } from '../format.tsx';
@@ -14,7 +14,12 @@ import { useSettings } from '../settings.tsx';
 /** Above this many bytes a whole value still shows as text first (a tree of it is on request). */
 const TREE_MAX = 256 * 1024;
 
-type Reviver = (this: unknown, key: string, value: unknown, context?: { source?: string }) => unknown;
+type Reviver = (
+  this: unknown,
+  key: string,
+  value: unknown,
+  context?: { source?: string },
+) => unknown;
 
 /** JSON.parse keeping integers beyond 2^53 exact (the reviver's `context.source`, ES2025). */
 export function parseExact(text: string): unknown {
@@ -93,7 +98,7 @@ export function PayloadView({
         <div className="json-tree">
           <JsonView
             data={parsed.value as object}
-            shouldExpandNode={collapseAllNested(2)}
+            shouldExpandNode={(level) => level < 2}
             style={dark ? darkStyles : defaultStyles}
           />
         </div>

@@ -1,0 +1,43 @@
+/**
+ * Entry of the operator pages: the query client (polling per page, no refetch on focus — the
+ * pause button must hold, and polling covers freshness), the router under the runtime base path,
+ * and the settings.
+ */
+import { QueryClient, QueryClientProvider } from '@tanstack/react-query';
+import { StrictMode } from 'react';
+import { createRoot } from 'react-dom/client';
+import { Router } from 'wouter';
+import { App } from './App.tsx';
+import { ApiFailure } from './api.ts';
+import { config } from './config.ts';
+import { SettingsProvider } from './settings.tsx';
+import './styles.css';
+
+const queryClient = new QueryClient({
+  defaultOptions: {
+    queries: {
+      refetchOnWindowFocus: false,
+      refetchOnReconnect: false,
+      refetchIntervalInBackground: false,
+      // Refusals and missing things do not get better by asking again at once.
+      retry: (count, error) =>
+        count < 2 && !(error instanceof ApiFailure && error.status >= 400 && error.status < 500),
+      staleTime: 1_000,
+    },
+  },
+});
+
+const root = document.getElementById('root');
+if (root) {
+  createRoot(root).render(
+    <StrictMode>
+      <QueryClientProvider client={queryClient}>
+        <SettingsProvider>
+          <Router base={config.basePath}>
+            <App />
+          </Router>
+        </SettingsProvider>
+      </QueryClientProvider>
+    </StrictMode>,
+  );
+}
