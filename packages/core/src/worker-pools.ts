@@ -7,6 +7,7 @@ import pg from 'pg';
 import type { Client } from './client.js';
 import { CONNECT_TIMEOUT_MS } from './db.js';
 import type { Logger } from './logger.js';
+import { isDirectSession } from './session.js';
 
 /** The pools a worker runs on. */
 export interface WorkerPools {
@@ -79,6 +80,9 @@ function makePool(
     ...(onConnectSql
       ? {
           onConnect: async (c: pg.ClientBase) => {
+            // Session settings on a session of the server's own only: through a
+            // transaction-pooling proxy they would stay on a server connection other clients get.
+            if (!(await isDirectSession(c))) return;
             for (const q of onConnectSql) {
               await c.query(q.text, q.values).catch((err: Error) => {
                 log.warn({ err: err.message }, `could not run "${q.text}"`);
