@@ -23,6 +23,8 @@ import type { SignalOptions, SignalResult } from './signals.js';
 import * as signals from './signals.js';
 import type { SubmittableWorkflow } from './submit.js';
 import * as submission from './submit.js';
+import type { WorkerInfo } from './workers.js';
+import * as workers from './workers.js';
 import type {
   DebouncedSubmitResult,
   DebounceOptions,
@@ -42,6 +44,7 @@ export type {
   FinishedRunState,
 } from './retention.js';
 export type { ScheduleInfo, TriggerScheduleResult } from './schedules.js';
+export type { WorkerInfo } from './workers.js';
 export type {
   DebouncedSubmitResult,
   DebounceOptions,
@@ -348,6 +351,16 @@ export class Client {
     options: SignalOptions = {},
   ): Promise<SignalResult> {
     return signals.signal(this, runId, name, payload, options);
+  }
+
+  /**
+   * The workers registered in the database, most recently started first: each Worker registers
+   * itself at start, refreshes its row every 5 s (steps in flight, last seen) and removes it at a
+   * graceful stop. `alive` is false for a worker not seen for 15 s; a dead worker's row is
+   * deleted by the other workers about a minute after its last refresh.
+   */
+  async listWorkers(): Promise<WorkerInfo[]> {
+    return workers.listWorkers(this.db);
   }
 
   /** Closes the pool if the client created it. Idempotent. */

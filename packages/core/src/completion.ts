@@ -47,6 +47,11 @@ export interface CompleterParts {
   /** The worker's logger (the check after an unknown outcome logs its retries there). */
   log: Logger;
   counters: CompletionCounters;
+  /**
+   * Told of every attempt's recorded outcome, after it was recorded (the worker's throughput
+   * counts, kept in memory): must not throw or wait.
+   */
+  recorded?(workflow: string, recorded: Recorded): void;
 }
 
 const LEASE_LOST: Recorded = { outcome: 'lease_lost' };
@@ -72,6 +77,12 @@ export class Completer {
    * @returns what was recorded.
    */
   async record(attempt: Attempt, outcome: Outcome): Promise<Recorded> {
+    const recorded = await this.recordOutcome(attempt, outcome);
+    this.parts.recorded?.(attempt.row.workflow, recorded);
+    return recorded;
+  }
+
+  private async recordOutcome(attempt: Attempt, outcome: Outcome): Promise<Recorded> {
     switch (outcome.kind) {
       case 'completed':
         return this.complete(attempt, outcome.output);

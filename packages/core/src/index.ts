@@ -18,6 +18,7 @@ export {
   type SubmitOptions,
   type SubmitResult,
   type TriggerScheduleResult,
+  type WorkerInfo,
 } from './client.js';
 export type { Context } from './context.js';
 export {

@@ -33,4 +33,29 @@ export {
   stepReopenedBetweenSql,
   stepRunningSql,
 } from './sql/fence.js';
+export type { Queryable, SqlScope } from './sql/statement.js';
 export { recordError, registeredMeter, registeredTracer } from './telemetry.js';
+export {
+  BadQueryError,
+  type CappedCount,
+  createUiReader,
+  type IsoTime,
+  QueryTimeoutError,
+  type UiHealth,
+  type UiLookupHit,
+  type UiOverview,
+  type UiPayload,
+  type UiReader,
+  type UiReaderOptions,
+  type UiRunDetail,
+  type UiRunRow,
+  type UiRunsFilter,
+  type UiRunsPage,
+  type UiStepDetail,
+  type UiStepError,
+  type UiStepSummary,
+  type UiThroughput,
+  type UiThroughputWindow,
+  type UiWorker,
+  type UiWorkflow,
+} from './ui-reader.js';

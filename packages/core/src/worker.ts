@@ -19,6 +19,7 @@ import { ConfigError } from './errors.js';
 import { Heartbeat } from './heartbeat.js';
 import { Listener } from './listener.js';
 import type { Logger } from './logger.js';
+import { Registry } from './registry.js';
 import type { Schedule } from './schedule.js';
 import { Scheduler } from './scheduler.js';
 import { queueStats } from './sql/metrics.js';
@@ -121,6 +122,8 @@ export class Worker {
   private readonly heartbeat: Heartbeat<StepHandle>;
   private readonly sweep: Sweep;
   private readonly scheduler: Scheduler | undefined;
+  /** The worker's row in `cyclone_workers` and its throughput counts. */
+  private readonly registry: Registry;
   /** Spans and metrics, when an OpenTelemetry SDK was registered before the worker was made. */
   private readonly telemetry: WorkerTelemetry | undefined;
   private readonly db: Db;
@@ -178,6 +181,15 @@ export class Worker {
     const control = { pool: this.controlPool, db, log };
     const telemetry = WorkerTelemetry.create();
     this.telemetry = telemetry;
+    const registry = new Registry(
+      { ...control, inFlight: () => this.inflight.size },
+      {
+        workerId: this.workerId,
+        concurrency: this.concurrency,
+        workflows: [...this.workflows.keys()],
+      },
+    );
+    this.registry = registry;
     const completer = new Completer({
       db,
       pool: this.pool,
@@ -186,6 +198,7 @@ export class Worker {
       idleLimitMs: leaseMs,
       log,
       counters: this.stats,
+      recorded: (workflow, recorded) => registry.count(workflow, recorded),
     });
     this.claims = new ClaimLoop(
       {
@@ -271,6 +284,8 @@ export class Worker {
     if (this.listenEnabled) await this.listener.start();
     this.heartbeat.start();
     this.sweep.start();
+    // Bounded: an unreachable database must not hold the start up; the next refresh registers.
+    await settlesWithin(this.registry.start(), 2_000);
     await this.scheduler?.start();
     this.unobserveQueue = this.telemetry?.observeQueue(
       () => queueStats(this.controlPool, this.db, READY_COUNT_CAP),
@@ -317,6 +332,8 @@ export class Worker {
     // The heartbeat ran until now: the steps being drained kept their leases.
     this.heartbeat.stop();
     this.sweep.stop();
+    // Bounded: an unreachable database leaves the row to be deleted by another worker once stale.
+    await settlesWithin(this.registry.stop(), 2_000);
     this.state = 'stopped';
     if (this.ownsPool) {
       // A statement still blocked (say, behind an operator's lock) keeps its connection; the pool

@@ -82,6 +82,12 @@ const REVIEWED: Reviewed[] = [
     expression: "values\n      .map((_, i) => `$${i + 1}`)\n      .join(', ')",
     reason: 'the placeholder list $1, $2, … of the values',
   },
+  ...["clauses.join(' AND ')", 'where', 'order'].map((expression) => ({
+    file: 'core/src/sql/ui.ts',
+    expression,
+    reason:
+      "runsPageSql's WHERE and ORDER BY: joined from the function's own fragments (a state literal from STATE_CLAUSE, fixed comparisons with '$n' placeholders) and one of two module constants; every value is a bind parameter",
+  })),
 ];
 
 describe('every statement is parameterised', () => {

@@ -75,3 +75,11 @@ export {
   retryAfterMs,
 } from './retry-after.js';
 export { LEDGER_TABLE } from './sql.js';
+export {
+  countUnknownOutcomes,
+  findIdempotencyKey,
+  readLedgerOfRun,
+  readUnknownOutcomes,
+  type UiLedgerRow,
+  type UiUnknownPage,
+} from './ui-reads.js';

@@ -196,3 +196,37 @@ SELECT count(*)::int AS deleted FROM gone`;
 export const countUnknown = (s: string) => `
 SELECT count(*)::int AS n FROM (
   SELECT 1 FROM ${s}.${LEDGER_TABLE} WHERE phase = 'unknown' LIMIT $1) capped`;
+
+/** The operator UI's columns of a ledger row: bodies as JSON text, cut to $N characters. */
+const uiColumns = (limit: string) => `run_id, key, node, scope, provider, operation, phase,
+       generation, owner_attempt, calls, provider_ref, call_started_at, created_at, updated_at,
+       left(result::text, ${limit}) AS result, octet_length(result::text) AS result_bytes,
+       left(error::text, ${limit}) AS error`;
+
+/**
+ * The operator UI: a run's ledger rows by key ($1 run id, $2 result/error preview characters),
+ * only node $3's when it is not NULL; by the primary key's run prefix.
+ */
+export const uiRunRows = (s: string) => `
+SELECT ${uiColumns('$2')} FROM ${s}.${LEDGER_TABLE}
+WHERE run_id = $1 AND ($3::text IS NULL OR node = $3)
+ORDER BY key`;
+
+/**
+ * The operator UI: the unknown outcomes last updated at least $1 ms ago, oldest first, after the
+ * keyset position ($2 updated_at, $3 run id, $4 key; NULLs for the first page), at most $5, bodies
+ * cut to $6 characters: by the partial index on unknown outcomes (migration 000002).
+ */
+export const uiUnknownRows = (s: string) => `
+SELECT ${uiColumns('$6')}, to_json(updated_at) #>> '{}' AS updated_key
+FROM ${s}.${LEDGER_TABLE}
+WHERE phase = 'unknown' AND updated_at <= now() - $1::float8 * interval '1 millisecond'
+  AND ($2::timestamptz IS NULL OR (updated_at, run_id, key) > ($2::timestamptz, $3::uuid, $4::text))
+ORDER BY updated_at, run_id, key LIMIT $5`;
+
+/** The operator UI's go-to box: the run and node of key $2 of run $1 (the primary key). */
+export const uiFindKey = (s: string) => `
+SELECT run_id, node FROM ${s}.${LEDGER_TABLE} WHERE run_id = $1 AND key = $2`;
+
+/** Whether the ledger table exists in the schema ($1: its qualified name, as text). */
+export const ledgerExists = (_s: string) => 'SELECT to_regclass($1) IS NOT NULL AS present';
