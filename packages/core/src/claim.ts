@@ -13,6 +13,7 @@ import type { Workflow } from './definitions.js';
 import { describeError } from './error-entry.js';
 import { LeaseLostError } from './errors.js';
 import { executeStep, Outcome } from './execute-step.js';
+import { FlowControl } from './flow.js';
 import { LazyChildLogger, type Logger } from './logger.js';
 import type { Recorded } from './recorded.js';
 import {
@@ -95,6 +96,10 @@ export class ClaimLoop {
   /** `workflow/node` of every node the worker can run: it claims only those. */
   private readonly nodeKeys: string[];
   private readonly workflowNames: string[];
+  /** The limited actions' claims (docs/flow-control.md). */
+  private readonly flow: FlowControl;
+  /** Alternates which claim, plain or limited, a worker with limited actions runs first. */
+  private limitedFirst = false;
 
   constructor(
     private readonly parts: ClaimParts,
@@ -104,6 +109,17 @@ export class ClaimLoop {
     this.nodeKeys = [...parts.workflows.values()].flatMap((wf) =>
       wf.nodes.map((n) => `${wf.name}/${n.name}`),
     );
+    this.flow = new FlowControl({
+      controlPool: parts.controlPool,
+      db: parts.db,
+      workflows: parts.workflows,
+      log: parts.log,
+      workerId: config.workerId,
+      leaseMs: config.leaseMs,
+      setClaimConn: (c) => {
+        this.claimConn = c;
+      },
+    });
   }
 
   /** Ends the current wait (or the next one) at once. */
@@ -115,6 +131,8 @@ export class ClaimLoop {
   /** The loop: claims up to the free slots, then waits for a wake-up or the poll interval. */
   async run(): Promise<void> {
     let failures = 0;
+    // For listLimits in processes without the definitions.
+    await this.flow.record();
     while (this.parts.isRunning()) {
       const want = this.freeSlots();
       if (want > 0) {
@@ -136,7 +154,9 @@ export class ClaimLoop {
         // stands (a busy loop would read it after every completion, and completions that release
         // steps NOTIFY too).
         const fresh = got > 0 && Date.now() - this.dueReadAt < 250;
-        await this.waitForWake(fresh ? this.untilKnownDue() : await this.idleWait());
+        const wait = fresh ? this.untilKnownDue() : await this.idleWait();
+        // A step held back by a rate limit may start before the next due step.
+        await this.waitForWake(Math.min(wait, this.flow.waitMs() ?? wait));
         continue;
       }
       await this.waitForWake(this.config.pollIntervalMs);
@@ -236,8 +256,42 @@ export class ClaimLoop {
     return Math.min(pollIntervalMs, Math.max(1, Math.ceil(this.dueAt - Date.now()) + 1));
   }
 
-  /** Claims up to `limit` steps and starts each. @returns how many were claimed. */
+  /**
+   * Claims up to `limit` steps and starts each: by the plain claim, and for a worker with
+   * limited actions by their limited claims too, the two taking turns at going first (so that
+   * neither kind of step fills every slot while the other waits).
+   * @returns how many were claimed.
+   */
   private async claim(limit: number): Promise<number> {
+    if (!this.flow.active) return this.claimPlain(limit);
+    this.limitedFirst = !this.limitedFirst;
+    let got = 0;
+    if (!this.limitedFirst) got += await this.claimPlain(limit);
+    if (got < limit) got += await this.claimLimited(limit - got);
+    if (this.limitedFirst && got < limit) got += await this.claimPlain(limit - got);
+    return got;
+  }
+
+  /** The limited claims (`FlowControl.claim`) of up to `limit` steps, each started. */
+  private async claimLimited(limit: number): Promise<number> {
+    let rows: ClaimedStep[];
+    try {
+      rows = await this.flow.claim(limit);
+    } catch (err) {
+      if (!isLimitExceeded(err)) throw err;
+      // As for the plain claim: one step's upstream outputs over a limit of PostgreSQL's.
+      this.parts.log.warn(
+        { err: String(err) },
+        'limited claim failed on a data limit; claiming steps without their upstream outputs',
+      );
+      rows = await this.flow.claim(limit, true);
+    }
+    this.startAll(rows);
+    return rows.length;
+  }
+
+  /** The plain claim of up to `limit` steps (actions without limits), each started. */
+  private async claimPlain(limit: number): Promise<number> {
     const { parts, config } = this;
     const params = {
       workflows: this.workflowNames,
@@ -268,6 +322,13 @@ export class ClaimLoop {
       }
     });
     if (t0 !== undefined) parts.telemetry?.claimEnded(t0);
+    this.startAll(rows);
+    return rows.length;
+  }
+
+  /** Starts each claimed step and keeps it in `inflight` until its outcome is recorded. */
+  private startAll(rows: readonly ClaimedStep[]): void {
+    const { parts } = this;
     for (const row of rows) {
       parts.counters.claimed++;
       // Keyed by attempt too: this worker may re-claim a node whose older attempt (its lease
@@ -281,7 +342,6 @@ export class ClaimLoop {
         this.wake();
       });
     }
-    return rows.length;
   }
 
   /**

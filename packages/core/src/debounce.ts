@@ -36,6 +36,8 @@ export interface DebouncedSubmit {
   window: DebounceWindow;
   /** The submit span's W3C traceparent, stored with the run if this submit creates it. */
   traceparent: string | null;
+  /** The run's priority if this submit creates it (a run absorbing the submit keeps its own). */
+  priority: number;
 }
 
 /**

@@ -7,6 +7,13 @@ import type { Client } from './client.js';
 import type { Context } from './context.js';
 import { MAX_TIMER_MS } from './db.js';
 import { MAX_DELAY_MS, SnoozeError, WorkflowDefinitionError } from './errors.js';
+import {
+  type ActionLimits,
+  type ConcurrencyLimit,
+  type LimitKey,
+  MAX_LIMIT,
+  type RateLimit,
+} from './limits.js';
 import { isSignalName, MAX_SIGNAL_NAME_LENGTH } from './signal-name.js';
 import { resolveWait } from './sql/signals.js';
 import type {
@@ -39,6 +46,17 @@ export interface ActionOptions<I> {
    * saying so. Default 1,000.
    */
   maxSnoozes?: number;
+  /**
+   * At most `limit` steps of this action hold a lease at once, across every worker; with `key`,
+   * at most `limit` per key. An array gives several limits, every one of which must allow a
+   * start: at most one without a key and one with a key (docs/flow-control.md).
+   */
+  concurrency?: ConcurrencyLimit<I> | readonly ConcurrencyLimit<I>[];
+  /**
+   * At most `limit` starts (claims) of this action in any `periodMs` window, across every worker;
+   * with `key`, per key. An array as for `concurrency`: at most one without and one with a key.
+   */
+  rateLimit?: RateLimit<I> | readonly RateLimit<I>[];
 }
 
 /** An action: a named handler with its options. Made by `newAction`. */
@@ -51,6 +69,8 @@ export interface Action<I = unknown, O = unknown> {
   readonly maxAttempts: number;
   readonly backoff: Backoff;
   readonly maxSnoozes: number;
+  /** Its concurrency and rate limits; undefined when it has none. */
+  readonly limits: ActionLimits | undefined;
 }
 
 /** Default number of attempts of a step (API.md). */
@@ -131,7 +151,83 @@ export function newAction<I = unknown, O = unknown>(
     maxAttempts,
     backoff: options.backoff ?? defaultBackoff,
     maxSnoozes,
+    limits: actionLimits(name, options),
   });
+}
+
+/**
+ * The normalised limits of an action's options, or undefined when it has none.
+ * @throws WorkflowDefinitionError for a limit or period that is not an integer from 1 to
+ *   `MAX_LIMIT`, a key that is not a function, an unknown field, or two limits of one kind both
+ *   with (or both without) a key.
+ */
+function actionLimits<I>(name: string, options: ActionOptions<I>): ActionLimits | undefined {
+  const bad = (message: string) => new WorkflowDefinitionError(name, message);
+  const list = <T>(field: string, v: T | readonly T[] | undefined): T[] => {
+    if (v === undefined) return [];
+    const items = Array.isArray(v) ? [...(v as readonly T[])] : [v as T];
+    for (const item of items) {
+      if (item === null || typeof item !== 'object' || Array.isArray(item)) {
+        throw bad(`${field} must be an object or an array of objects, got ${String(item)}`);
+      }
+    }
+    return items;
+  };
+  const positive = (what: string, v: unknown): number => {
+    if (!(typeof v === 'number' && Number.isInteger(v) && v >= 1 && v <= MAX_LIMIT)) {
+      throw bad(`${what} must be an integer from 1 to ${MAX_LIMIT}, got ${String(v)}`);
+    }
+    return v;
+  };
+  const keyOf = (what: string, v: unknown): LimitKey<unknown> | undefined => {
+    if (v === undefined) return undefined;
+    if (typeof v !== 'function') throw bad(`${what}.key must be a function (input) => string`);
+    return v as LimitKey<unknown>;
+  };
+  let concurrency: number | undefined;
+  let keyedConcurrency: ActionLimits['keyedConcurrency'];
+  for (const c of list('concurrency', options.concurrency)) {
+    for (const f of Object.keys(c)) {
+      if (f !== 'limit' && f !== 'key') throw bad(`concurrency has no option '${f}'`);
+    }
+    const limit = positive('concurrency.limit', c.limit);
+    const key = keyOf('concurrency', c.key);
+    const twice = () =>
+      bad(
+        `concurrency has two limits ${key ? 'with' : 'without'} a key; give at most one with and one without (a step stores one concurrency key)`,
+      );
+    if (key) {
+      if (keyedConcurrency) throw twice();
+      keyedConcurrency = Object.freeze({ limit, key });
+    } else {
+      if (concurrency !== undefined) throw twice();
+      concurrency = limit;
+    }
+  }
+  let rate: ActionLimits['rate'];
+  let keyedRate: ActionLimits['keyedRate'];
+  for (const r of list('rateLimit', options.rateLimit)) {
+    for (const f of Object.keys(r)) {
+      if (f !== 'limit' && f !== 'key' && f !== 'periodMs')
+        throw bad(`rateLimit has no option '${f}'`);
+    }
+    const limit = positive('rateLimit.limit', r.limit);
+    const periodMs = positive('rateLimit.periodMs', r.periodMs);
+    const key = keyOf('rateLimit', r.key);
+    const twice = () =>
+      bad(
+        `rateLimit has two limits ${key ? 'with' : 'without'} a key; give at most one with and one without (a step stores one rate-limit key)`,
+      );
+    if (key) {
+      if (keyedRate) throw twice();
+      keyedRate = Object.freeze({ limit, periodMs, key });
+    } else {
+      if (rate) throw twice();
+      rate = Object.freeze({ limit, periodMs });
+    }
+  }
+  if (concurrency === undefined && !keyedConcurrency && !rate && !keyedRate) return undefined;
+  return Object.freeze({ concurrency, keyedConcurrency, rate, keyedRate });
 }
 
 /** Maps the run's input and the upstream outputs (keyed by node) to an action's input. */
@@ -246,6 +342,7 @@ const WaitAction: Action<unknown, Json> = Object.freeze({
   maxAttempts: DEFAULT_MAX_ATTEMPTS,
   backoff: defaultBackoff,
   maxSnoozes: DEFAULT_MAX_SNOOZES,
+  limits: undefined,
 });
 
 /** The compiled form of a node, with its place in the DAG. */

@@ -26,7 +26,8 @@ export type CycloneErrorCode =
   | 'NON_RETRYABLE'
   | 'SNOOZE'
   | 'INVALID_SIGNAL'
-  | 'SCHEDULE_NOT_FOUND';
+  | 'SCHEDULE_NOT_FOUND'
+  | 'LIMIT_KEY';
 
 /** The marker of class `name`, shared by every copy of the package. */
 const markerOf = (name: string) => Symbol.for(`cyclone.error.${name}`);
@@ -387,5 +388,21 @@ export class SnoozeError extends CycloneError {
     }
     super('SNOOZE', message ?? `snoozed for ${Math.ceil(delayMs)} ms`);
     this.delayMs = Math.ceil(delayMs);
+  }
+}
+
+/**
+ * A step's limit key could not be computed: the action's `concurrency.key` or `rateLimit.key`
+ * threw, or returned something other than a non-empty string of at most 1,024 UTF-8 bytes (or
+ * null/undefined for "no key"). The step is discarded (its error kind `limit_key_invalid`), as
+ * another attempt would compute the same key; the claim of every other step goes on.
+ */
+export class LimitKeyError extends CycloneError {
+  /** Which key failed: `concurrency` or `rateLimit`. */
+  readonly limit: 'concurrency' | 'rateLimit';
+
+  constructor(limit: 'concurrency' | 'rateLimit', message: string, options?: { cause?: unknown }) {
+    super('LIMIT_KEY', message, { retryable: false, ...options });
+    this.limit = limit;
   }
 }

@@ -233,7 +233,7 @@ function snooze(node: NodeDef<unknown>, row: ClaimedStep, error: SnoozeError): O
 }
 
 /** The node's input: the mapping of run input and upstream outputs, validated by the action. */
-function mapInput(node: NodeDef<unknown>, row: ClaimedStep): unknown {
+export function mapInput(node: NodeDef<unknown>, row: ClaimedStep): unknown {
   let mapped: unknown;
   try {
     mapped = node.input ? node.input(row.run_input, row.upstream ?? {}) : row.run_input;

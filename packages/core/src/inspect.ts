@@ -128,6 +128,9 @@ function toStep(r: any, after: ReadonlyMap<string, string[]>): StepInfo {
     leaseExpiresAt: r.lease_expires_at,
     startedAt: r.started_at,
     completedAt: r.completed_at,
+    concurrencyKey: r.concurrency_key ?? null,
+    rateLimitKey: r.rate_limit_key ?? null,
+    priority: r.priority ?? 0,
     after: after.get(r.node) ?? [],
   };
 }

@@ -16,6 +16,7 @@ import {
   zodIssues,
 } from './errors.js';
 import { encodePayload, hashJson, isStorableText } from './json.js';
+import type { ActionLimits } from './limits.js';
 import type { DebounceWindow } from './sql/debounce.js';
 import {
   findRunByKey,
@@ -25,14 +26,16 @@ import {
   type StepColumns,
 } from './sql/submit.js';
 import { ATTR, submitTracer, tracedSubmit } from './telemetry.js';
-import type {
-  DebouncedSubmitResult,
-  Json,
-  SubmitManyResult,
-  SubmitOnceResult,
-  SubmitOptions,
-  SubmitResult,
-  Tx,
+import {
+  type DebouncedSubmitResult,
+  type Json,
+  MAX_PRIORITY,
+  MIN_PRIORITY,
+  type SubmitManyResult,
+  type SubmitOnceResult,
+  type SubmitOptions,
+  type SubmitResult,
+  type Tx,
 } from './types.js';
 
 /**
@@ -51,7 +54,12 @@ export interface SubmittableWorkflow<RI> {
 /** What submitting reads of one node; a `NodeDef` is one (its fields are documented there). */
 export interface SubmittableNode<RI> {
   readonly name: string;
-  readonly action: { readonly name: string; readonly inputSchema: ZodType | undefined };
+  readonly action: {
+    readonly name: string;
+    readonly inputSchema: ZodType | undefined;
+    /** Its limits (`ActionLimits`): whether its steps go through the limited claim. */
+    readonly limits?: ActionLimits | undefined;
+  };
   readonly after: readonly string[];
   readonly ancestors: readonly string[];
   readonly downstream: readonly string[];
@@ -69,6 +77,16 @@ export interface SubmittableNode<RI> {
 export interface SubmitScope {
   readonly db: Db;
   readonly maxPayloadBytes: number;
+}
+
+/**
+ * How the claim treats the steps of `action` (the `flow` column): 0 no limit, 1 a keyed limit
+ * whose keys are resolved once the step is due, 2 limited (no key to resolve).
+ */
+export function flowOf(action: { readonly limits?: ActionLimits | undefined }): 0 | 1 | 2 {
+  const l = action.limits;
+  if (!l) return 0;
+  return l.keyedConcurrency || l.keyedRate ? 1 : 2;
 }
 
 /** The earliest `runAt` taken: 0001-01-01T00:00:00Z, in ms. */
@@ -111,7 +129,27 @@ function stepColumns<RI>(workflow: SubmittableWorkflow<RI>): StepColumns {
     delays: nodes.map((n) => n.delayMs ?? 0),
     waitFor: nodes.map((n) => n.waitFor ?? null),
     waitTimeouts: nodes.map((n) => n.waitTimeoutMs ?? null),
+    flows: nodes.map((n) => flowOf(n.action)),
   };
+}
+
+/**
+ * The run's priority from `options` (default 0).
+ * @throws InputValidationError unless it is an integer from `MIN_PRIORITY` to `MAX_PRIORITY`;
+ *   nothing is written.
+ */
+function priorityOf(workflow: string, options: SubmitOptions): number {
+  const p = options.priority;
+  if (p === undefined) return 0;
+  if (!(typeof p === 'number' && Number.isInteger(p) && p >= MIN_PRIORITY && p <= MAX_PRIORITY)) {
+    throw new InputValidationError(workflow, [
+      {
+        path: ['priority'],
+        message: `priority must be an integer from ${MIN_PRIORITY} to ${MAX_PRIORITY}, got ${String(p)}`,
+      },
+    ]);
+  }
+  return p;
 }
 
 /**
@@ -268,6 +306,7 @@ async function submitRun<RI>(
   options: SubmitOptions,
   traceparent: string | null,
 ): Promise<SubmitResult | DebouncedSubmitResult> {
+  const priority = priorityOf(workflow.name, options);
   const debounce = debounceWindow(workflow, options);
   if (debounce) {
     const { text, hash } = encodeRunInput(scope, workflow, input);
@@ -282,12 +321,13 @@ async function submitRun<RI>(
         steps: stepColumns(workflow),
         window: debounce.window,
         traceparent,
+        priority,
       },
       options.tx,
     );
   }
   const start = runStart(workflow.name, options);
-  const { runId } = await insert(scope, workflow, input, null, options.tx, start, traceparent);
+  const { runId } = await insert(scope, workflow, input, null, options, start, traceparent);
   return { runId };
 }
 
@@ -323,8 +363,9 @@ async function submitOnceRun<RI>(
 ): Promise<SubmitOnceResult> {
   checkKey(workflow.name, ['key'], key);
   refuseDebounce(workflow.name, 'submitOnce', options);
+  priorityOf(workflow.name, options);
   const start = runStart(workflow.name, options);
-  return insert(scope, workflow, input, key, options.tx, start, traceparent);
+  return insert(scope, workflow, input, key, options, start, traceparent);
 }
 
 /**
@@ -362,6 +403,7 @@ async function submitManyRuns<RI>(
     ]);
   }
   refuseDebounce(workflow.name, 'submitMany', options);
+  const priority = priorityOf(workflow.name, options);
   const start = runStart(workflow.name, options);
   const texts: string[] = [];
   const hashes: string[] = [];
@@ -389,6 +431,7 @@ async function submitManyRuns<RI>(
     steps,
     start,
     traceparent,
+    priority,
   });
   const chunks = chunksOf(texts);
   const { db } = scope;
@@ -448,12 +491,13 @@ async function insert<RI>(
   workflow: SubmittableWorkflow<RI>,
   input: RI,
   key: string | null,
-  tx: Tx | undefined,
+  options: SubmitOptions,
   start: RunStart,
   traceparent: string | null,
 ): Promise<SubmitOnceResult> {
+  const { tx } = options;
   try {
-    return await insertOrFind(scope, workflow, input, key, tx, start, traceparent);
+    return await insertOrFind(scope, workflow, input, key, options, start, traceparent);
   } catch (err) {
     // Only the caller can retry its own transaction: tell it so, with a code to branch on.
     if (tx !== undefined && isTransactionConflict(err)) {
@@ -474,10 +518,12 @@ async function insertOrFind<RI>(
   workflow: SubmittableWorkflow<RI>,
   input: RI,
   key: string | null,
-  tx: Tx | undefined,
+  options: SubmitOptions,
   start: RunStart,
   traceparent: string | null,
 ): Promise<SubmitOnceResult> {
+  const { tx } = options;
+  const priority = priorityOf(workflow.name, options);
   const { text, hash } = encodeRunInput(scope, workflow, input);
   const runId = newRunId();
   const on: Tx = tx ?? scope.db.pool;
@@ -495,6 +541,7 @@ async function insertOrFind<RI>(
         steps: stepColumns(workflow),
         start,
         traceparent,
+        priority,
       },
       tx !== undefined,
     );

@@ -25,7 +25,8 @@ export type StepErrorKind =
   | 'worker_stopped'
   | 'conflict'
   | 'snooze_limit'
-  | 'condition_error';
+  | 'condition_error'
+  | 'limit_key_invalid';
 
 /** The states of a run; `running` until it completes, fails or is cancelled. */
 export type RunState = 'running' | 'completed' | 'failed' | 'cancelled';
@@ -59,7 +60,9 @@ export interface StepError {
    * worker's stop grace period ran out; retried at once, and it counts as an attempt), `conflict`
    * (its `completionTx` lost a deadlock or serialization failure; retried at once, the attempt
    * given back), `snooze_limit` (the step snoozed its action's `maxSnoozes` times and asked
-   * for one more), `condition_error` (the node's condition, `when`, threw).
+   * for one more), `condition_error` (the node's condition, `when`, threw), `limit_key_invalid`
+   * (a limit's key function threw or returned no usable key, `LimitKeyError`; recorded before the
+   * step's next attempt, with the attempt it had reached).
    */
   kind: StepErrorKind;
   stack?: string;
@@ -87,6 +90,12 @@ export interface StepInfo {
   leaseExpiresAt: Date | null;
   startedAt: Date | null;
   completedAt: Date | null;
+  /** The step's concurrency key (docs/flow-control.md); null when it has none (yet). */
+  concurrencyKey: string | null;
+  /** The step's rate-limit key; null when it has none (yet). */
+  rateLimitKey: string | null;
+  /** The run's priority (-1000 to 1000, higher claimed first; default 0). */
+  priority: number;
   /**
    * The node's direct upstream nodes, sorted by name. Derived from the stored DAG in the step
    * rows `getRun` reads anyway (each row's downstream nodes, inverted), so it costs no query.
@@ -137,6 +146,38 @@ export interface SubmitOptions {
    * with `runAt` or `delayMs`; `submitOnce` and `submitMany` refuse it.
    */
   debounce?: DebounceOptions;
+  /**
+   * The run's priority, carried by every step of it: an integer from `MIN_PRIORITY` (-1000) to
+   * `MAX_PRIORITY` (1000); among claimable steps a claim takes higher priority first, then earlier
+   * `scheduledAt`. Default 0.
+   */
+  priority?: number;
+}
+
+/** Lowest priority of a run (`SubmitOptions.priority`). */
+export const MIN_PRIORITY = -1000;
+/** Highest priority of a run (`SubmitOptions.priority`). */
+export const MAX_PRIORITY = 1000;
+
+/** One limit of one action (and key) as `Client.listLimits` reports it. */
+export interface LimitInfo {
+  action: string;
+  /** `concurrency` or `rate`. */
+  kind: 'concurrency' | 'rate';
+  /**
+   * The key, one row per key with running or waiting steps, for a limit with a key; null for the
+   * action's limit without a key (which counts every step of the action).
+   */
+  key: string | null;
+  limit: number;
+  /** A rate limit's period, ms; null for a concurrency limit. */
+  periodMs: number | null;
+  /**
+   * Concurrency: steps holding a slot now (running). Rate: starts in the window that ends now.
+   */
+  held: number;
+  /** Steps due and waiting to start (of this key), counted up to `LIST_LIMITS_CAP`. */
+  waiting: number;
 }
 
 /** The window of a debounced submit; durations in ms, 0 to `MAX_DELAY_MS`. */

@@ -5,25 +5,52 @@ import { defineStatement, type Queryable, type SqlScope, send } from './statemen
 /**
  * Claims up to $2 claimable steps of the workflows $1 for worker $3 with a lease of $4 ms, only
  * of the nodes $5 (`workflow/node`) the worker knows: during a rolling deploy an older worker
- * leaves a node that only the new version has to the new workers.
- * The candidates are locked in a MATERIALIZED CTE first (`FOR UPDATE SKIP LOCKED`), then the
- * UPDATE joins to them, so LIMIT really limits (an UPDATE … WHERE id IN (SELECT … LIMIT) may
- * lock and update more rows than the limit). The attempt it sets
- * is the claim's fencing token. Returns the run input, the outputs of completed ancestors and the
- * run's trace context.
+ * leaves a node that only the new version has to the new workers. Only steps of actions without
+ * limits (`flow = 0`); the limited claim (`sql/flow.ts`) takes the others.
+ * Higher priority first, then earlier `scheduled_at`: the priorities present among claimable
+ * steps are found by a loose index scan (`p`: one probe of the claim index per distinct value),
+ * and each is read from its due end (`priority = p AND scheduled_at <= now()`, a range that stops
+ * at the first future row), so a backlog of future-dated steps, of any priority, is never read.
+ * Each priority's candidates are locked in the LATERAL subquery (`FOR UPDATE SKIP LOCKED`, so a
+ * row another claim holds is passed over and the next taken), then the best $2 of them are kept
+ * in a MATERIALIZED CTE, and the UPDATE joins to them, so LIMIT really limits (an UPDATE … WHERE
+ * id IN (SELECT … LIMIT) may lock and update more rows than the limit); a candidate locked but
+ * not kept is released when the statement ends. The attempt it sets is the claim's fencing
+ * token. Returns the run input, the outputs of completed ancestors and the run's trace context.
  */
 export const claimStepsSql = (s: string) => claimFrom(s, WITH_UPSTREAM);
 
+/**
+ * The distinct priorities of the claimable steps of flow 0, highest first, by a loose index scan
+ * of the claim index (the recursive part of a `WITH RECURSIVE`, named `p`); a final NULL row ends
+ * it.
+ */
+const PRIORITIES = (s: string) => `p AS (
+  (SELECT priority FROM ${s}.cyclone_steps
+   WHERE state IN ('available', 'retryable', 'scheduled') AND flow = 0
+   ORDER BY priority DESC LIMIT 1)
+  UNION ALL
+  SELECT (SELECT t.priority FROM ${s}.cyclone_steps t
+          WHERE t.state IN ('available', 'retryable', 'scheduled') AND t.flow = 0
+            AND t.priority < p.priority
+          ORDER BY t.priority DESC LIMIT 1)
+  FROM p WHERE p.priority IS NOT NULL
+)`;
+
 /** The claim over the upstream expression `upstream` (WITH_UPSTREAM or WITHOUT_UPSTREAM). */
 const claimFrom = (s: string, upstream: typeof WITH_UPSTREAM | typeof WITHOUT_UPSTREAM) => `
-WITH c AS MATERIALIZED (
-  SELECT run_id, node FROM ${s}.cyclone_steps
-  WHERE state IN ('available', 'retryable', 'scheduled') AND workflow = ANY($1::text[])
-    AND scheduled_at <= now()
-    AND workflow || '/' || node = ANY($5::text[])
-  ORDER BY scheduled_at
+WITH RECURSIVE ${PRIORITIES(s)}, c AS MATERIALIZED (
+  SELECT x.run_id, x.node FROM p CROSS JOIN LATERAL (
+    SELECT run_id, node, scheduled_at FROM ${s}.cyclone_steps
+    WHERE state IN ('available', 'retryable', 'scheduled') AND flow = 0
+      AND priority = p.priority AND scheduled_at <= now()
+      AND workflow = ANY($1::text[]) AND workflow || '/' || node = ANY($5::text[])
+    ORDER BY scheduled_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+  ) x
+  ORDER BY p.priority DESC, x.scheduled_at
   LIMIT $2
-  FOR UPDATE SKIP LOCKED
 ), u AS (
   UPDATE ${s}.cyclone_steps t
   SET state = 'running', attempt = t.attempt + 1, lease_owner = $3,
@@ -140,17 +167,32 @@ export async function claimSteps(
 /**
  * How long until the next claimable step of the workflows $1 (only the nodes $2) is due, in ms
  * by the database's clock (≤ 0: one is due already, say one that came due just after a claim
- * looked, or one another worker holds locked right now); no row when none is waiting. The claim
- * index is read in scheduled_at order, so this stops at the first matching row.
+ * looked, or one another worker holds locked right now); no row when none is waiting. Steps of
+ * flow 0 by priority (the claim's loose scan, then the first row of each priority), and steps
+ * whose limit keys are still to be resolved (flow 1); not the steps held back by a limit
+ * (flow 2), which the limited claim says when to look at again. Each read stops at its first
+ * matching row.
  */
 export const nextDueSql = (s: string) => `
-SELECT (extract(epoch FROM (scheduled_at - now())) * 1000)::float8 AS due_in_ms
-FROM ${s}.cyclone_steps
-WHERE state IN ('available', 'retryable', 'scheduled') AND workflow = ANY($1::text[])
-  AND scheduled_at < 'infinity'
-  AND workflow || '/' || node = ANY($2::text[])
-ORDER BY scheduled_at
-LIMIT 1`;
+WITH RECURSIVE ${PRIORITIES(s)}
+SELECT min(d.due_in_ms) AS due_in_ms FROM (
+  SELECT x.due_in_ms FROM p CROSS JOIN LATERAL (
+    SELECT (extract(epoch FROM (scheduled_at - now())) * 1000)::float8 AS due_in_ms
+    FROM ${s}.cyclone_steps
+    WHERE state IN ('available', 'retryable', 'scheduled') AND flow = 0
+      AND priority = p.priority AND scheduled_at < 'infinity'
+      AND workflow = ANY($1::text[]) AND workflow || '/' || node = ANY($2::text[])
+    ORDER BY scheduled_at
+    LIMIT 1) x
+  UNION ALL
+  (SELECT (extract(epoch FROM (scheduled_at - now())) * 1000)::float8
+   FROM ${s}.cyclone_steps
+   WHERE state IN ('available', 'retryable', 'scheduled') AND flow = 1
+     AND workflow = ANY($1::text[]) AND workflow || '/' || node = ANY($2::text[])
+   ORDER BY scheduled_at
+   LIMIT 1)
+) d
+HAVING count(*) > 0`;
 
 const nextDueStatement = defineStatement('next_due', nextDueSql);
 

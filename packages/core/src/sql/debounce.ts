@@ -78,7 +78,8 @@ FROM run`;
  * $1 id, $2 workflow, $3 input jsonb, $4 debounce key, $5 input hash, $6–$13 the step columns as
  * in `insertRun`, $14 channel, $15 delay ms, $16 max delay ms or NULL (no cap), $17 node delays
  * ms bigint[], $18 signal names text[], $19 wait timeouts ms bigint[] (as in `insertRun`), $20
- * the traceparent of the submit that creates the run, or NULL.
+ * the traceparent of the submit that creates the run, or NULL, $21 the run's priority, $22 each
+ * node's flow smallint[] (as in `insertRun`).
  */
 export const insertDebouncedRunSql = (s: string) => `
 WITH t AS (
@@ -94,7 +95,7 @@ WITH t AS (
 ), steps AS (
   INSERT INTO ${s}.cyclone_steps
     (run_id, node, workflow, action, state, max_attempts, deps_remaining, downstream, ancestors,
-     delay_ms, scheduled_at, wait_for, wait_timeout_ms)
+     delay_ms, scheduled_at, wait_for, wait_timeout_ms, priority, flow)
   SELECT run.id, n.node, $2, n.action,
          CASE WHEN n.deps > 0 THEN 'pending' ELSE 'scheduled' END,
          n.max_attempts, n.deps,
@@ -104,12 +105,12 @@ WITH t AS (
          CASE WHEN n.deps = 0
               THEN t.at + make_interval(secs => n.delay_ms::double precision / 1000)
               ELSE now() END,
-         n.wait_for, n.wait_timeout_ms
+         n.wait_for, n.wait_timeout_ms, $21::int, n.flow
   FROM run, t,
        unnest($8::text[], $9::text[], $10::int[], $11::int[], $12::jsonb[], $13::jsonb[],
-              $17::bigint[], $18::text[], $19::bigint[])
+              $17::bigint[], $18::text[], $19::bigint[], $22::smallint[])
          AS n(node, action, max_attempts, deps, downstream, ancestors, delay_ms, wait_for,
-              wait_timeout_ms)
+              wait_timeout_ms, flow)
   RETURNING 1
 )
 SELECT (SELECT id FROM run) AS id, (SELECT count(*) FROM steps)::int AS steps, pg_notify($14, $2)
@@ -197,6 +198,8 @@ export async function insertDebouncedRun(
     window: DebounceWindow;
     /** The submit span's W3C traceparent, or null. */
     traceparent: string | null;
+    /** The run's priority. */
+    priority: number;
   },
   plainText = false,
 ): Promise<boolean> {
@@ -217,6 +220,8 @@ export async function insertDebouncedRun(
       p.steps.waitFor,
       p.steps.waitTimeouts,
       p.traceparent,
+      p.priority,
+      p.steps.flows,
     ],
     plainText,
   );

@@ -14,7 +14,8 @@ import { defineStatement, type Queryable, type SqlScope, send } from './statemen
  * start plus its own delay when that is in the future, by the database's clock (a root wait
  * node too: reached then, its deadline counts from then; $18 signal names text[], $19 timeouts
  * ms bigint[], NULL for action nodes and no timeout); the other nodes
- * keep their delay for the moment they are released. $20 the submit's traceparent or NULL.
+ * keep their delay for the moment they are released. $20 the submit's traceparent or NULL. $21
+ * the run's priority, given to every step; $22 each node's flow smallint[] (`flowOf`).
  */
 export const insertRunSql = (s: string) => `
 WITH run AS (
@@ -27,7 +28,7 @@ WITH run AS (
 ), steps AS (
   INSERT INTO ${s}.cyclone_steps
     (run_id, node, workflow, action, state, max_attempts, deps_remaining, downstream, ancestors,
-     delay_ms, scheduled_at, wait_for, wait_timeout_ms, wait_deadline)
+     delay_ms, scheduled_at, wait_for, wait_timeout_ms, wait_deadline, priority, flow)
   SELECT run.id, n.node, $2, n.action,
          CASE WHEN n.deps > 0 THEN 'pending' WHEN t.at > now() THEN 'scheduled'
               ELSE 'available' END,
@@ -38,12 +39,13 @@ WITH run AS (
          CASE WHEN n.deps = 0 THEN greatest(t.at, now()) ELSE now() END,
          n.wait_for, n.wait_timeout_ms,
          CASE WHEN n.deps = 0 AND n.wait_for IS NOT NULL THEN greatest(t.at, now())
-                + make_interval(secs => n.wait_timeout_ms::double precision / 1000) END
+                + make_interval(secs => n.wait_timeout_ms::double precision / 1000) END,
+         $21::int, n.flow
   FROM run,
        unnest($8::text[], $9::text[], $10::int[], $11::int[], $12::jsonb[], $13::jsonb[],
-              $17::bigint[], $18::text[], $19::bigint[])
+              $17::bigint[], $18::text[], $19::bigint[], $22::smallint[])
          AS n(node, action, max_attempts, deps, downstream, ancestors, delay_ms, wait_for,
-              wait_timeout_ms),
+              wait_timeout_ms, flow),
        LATERAL (SELECT coalesce($15::timestamptz,
                                 now() + make_interval(secs => $16::double precision / 1000))
                        + make_interval(secs => n.delay_ms::double precision / 1000) AS at) t
@@ -64,20 +66,21 @@ WHERE EXISTS (SELECT 1 FROM run)`;
  * jsonb[], $12 ancestors jsonb[], $13 channel, $14 run_at or NULL, $15 delay ms, $17 signal
  * names text[], $18 wait timeouts bigint[], $16 node delays
  * ms bigint[] (as in `insertRun`), $19 the submit's traceparent or NULL (every run of the
- * statement gets it). Returns one row: `runs`, `steps` inserted.
+ * statement gets it), $20 the runs' priority, $21 each node's flow smallint[] (as in `insertRun`).
+ * Returns one row: `runs`, `steps` inserted.
  */
 export const insertRunsSql = (s: string) => `
 WITH n AS MATERIALIZED (
   SELECT n.node, n.action, n.max_attempts, n.deps,
          ARRAY(SELECT jsonb_array_elements_text(n.downstream)) AS downstream,
          ARRAY(SELECT jsonb_array_elements_text(n.ancestors)) AS ancestors,
-         n.delay_ms, n.wait_for, n.wait_timeout_ms,
+         n.delay_ms, n.wait_for, n.wait_timeout_ms, n.flow,
          coalesce($14::timestamptz, now() + make_interval(secs => $15::double precision / 1000))
            + make_interval(secs => n.delay_ms::double precision / 1000) AS at
   FROM unnest($7::text[], $8::text[], $9::int[], $10::int[], $11::jsonb[], $12::jsonb[],
-              $16::bigint[], $17::text[], $18::bigint[])
+              $16::bigint[], $17::text[], $18::bigint[], $21::smallint[])
        AS n(node, action, max_attempts, deps, downstream, ancestors, delay_ms, wait_for,
-            wait_timeout_ms)
+            wait_timeout_ms, flow)
 ), run AS (
   INSERT INTO ${s}.cyclone_runs
     (id, workflow, state, input, input_hash, steps_remaining, steps_active, traceparent)
@@ -87,7 +90,7 @@ WITH n AS MATERIALIZED (
 ), steps AS (
   INSERT INTO ${s}.cyclone_steps
     (run_id, node, workflow, action, state, max_attempts, deps_remaining, downstream, ancestors,
-     delay_ms, scheduled_at, wait_for, wait_timeout_ms, wait_deadline)
+     delay_ms, scheduled_at, wait_for, wait_timeout_ms, wait_deadline, priority, flow)
   SELECT run.id, n.node, $4::text, n.action,
          CASE WHEN n.deps > 0 THEN 'pending' WHEN n.at > now() THEN 'scheduled'
               ELSE 'available' END,
@@ -96,7 +99,8 @@ WITH n AS MATERIALIZED (
          CASE WHEN n.deps = 0 THEN greatest(n.at, now()) ELSE now() END,
          n.wait_for, n.wait_timeout_ms,
          CASE WHEN n.deps = 0 AND n.wait_for IS NOT NULL THEN greatest(n.at, now())
-                + make_interval(secs => n.wait_timeout_ms::double precision / 1000) END
+                + make_interval(secs => n.wait_timeout_ms::double precision / 1000) END,
+         $20::int, n.flow
   FROM run CROSS JOIN n
   RETURNING 1
 )
@@ -127,6 +131,8 @@ export interface StepColumns {
   waitFor: (string | null)[];
   /** Each wait node's timeout, ms, or null (none, or not a wait node). */
   waitTimeouts: (number | null)[];
+  /** Each node's flow: which claim takes its steps (`flowOf`). */
+  flows: number[];
 }
 
 /** When a run starts: at `runAt`, or `delayMs` after the insert (database clock); default now. */
@@ -170,6 +176,8 @@ export async function insertRun(
     start: RunStart;
     /** The submit span's W3C traceparent, or null. */
     traceparent: string | null;
+    /** The run's priority. */
+    priority: number;
   },
   plainText = false,
 ): Promise<{ id: string }[]> {
@@ -187,6 +195,8 @@ export async function insertRun(
     p.steps.waitFor,
     p.steps.waitTimeouts,
     p.traceparent,
+    p.priority,
+    p.steps.flows,
   ];
   return (await send<{ id: string }>(on, insertRunStatement(db), values, plainText)).rows;
 }
@@ -208,6 +218,8 @@ export async function insertRuns(
     start: RunStart;
     /** The submit span's W3C traceparent, or null. */
     traceparent: string | null;
+    /** The runs' priority. */
+    priority: number;
   },
   plainText = false,
 ): Promise<void> {
@@ -227,6 +239,8 @@ export async function insertRuns(
       p.steps.waitFor,
       p.steps.waitTimeouts,
       p.traceparent,
+      p.priority,
+      p.steps.flows,
     ],
     plainText,
   );
