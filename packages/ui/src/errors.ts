@@ -51,6 +51,8 @@ const CORE_CODES: Record<string, [ApiStatus, ApiErrorCode]> = {
   INPUT_VALIDATION: [400, 'bad_request'],
   PAYLOAD: [400, 'bad_request'],
   CONFIG: [400, 'bad_request'],
+  BAD_QUERY: [400, 'bad_request'],
+  QUERY_TIMEOUT: [503, 'query_timeout'],
 };
 
 /** SQLSTATE 57014: the statement was cancelled, here by the reader's `statement_timeout`. */
@@ -66,17 +68,20 @@ export function toApiFailure(err: unknown): ApiFailure {
   if (err instanceof ApiFailure) return err;
   if (CycloneError.isInstance(err)) {
     const mapped = CORE_CODES[err.code];
+    if (mapped?.[1] === 'query_timeout') return queryTimeout();
     if (mapped) return new ApiFailure(mapped[0], mapped[1], err.message);
   }
-  if ((err as { code?: unknown } | null)?.code === QUERY_CANCELED) {
-    return new ApiFailure(
-      503,
-      'query_timeout',
-      'The query ran past the UI’s statement timeout; narrow the filters or try again.',
-    );
-  }
+  if ((err as { code?: unknown } | null)?.code === QUERY_CANCELED) return queryTimeout();
   if (isConnectionError(err)) {
     return new ApiFailure(503, 'unavailable', 'The database cannot be reached right now.');
   }
   return new ApiFailure(500, 'internal', 'The UI server failed to answer; see its log.');
+}
+
+function queryTimeout(): ApiFailure {
+  return new ApiFailure(
+    503,
+    'query_timeout',
+    'The query ran past the UI’s statement timeout; narrow the filters or try again.',
+  );
 }

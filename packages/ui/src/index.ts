@@ -4,6 +4,7 @@
  * pages and their JSON API under a base path chosen at run time. `basicAuth`, `bearerToken` and
  * `anyOf` build the `authorize` hook. The API's shapes are on `@cyclone/ui/api`.
  */
+export type { ActionHook, AuditEvent } from './actions.js';
 export {
   type Authorized,
   type AuthorizeHook,
@@ -17,3 +18,4 @@ export {
 } from './auth.js';
 export { DEFAULT_PREVIEW_BYTES, type RedactHook, type RedactTarget } from './payload.js';
 export type { Permissions } from './shared/api.js';
+export { createUi, type Ui, type UiOptions } from './ui.js';

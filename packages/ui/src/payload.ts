@@ -14,7 +14,7 @@ export interface RedactTarget {
    */
   kind: 'input' | 'output' | 'error' | 'ledgerResult' | 'ledgerError';
   runId: string;
-  workflow?: string;
+  /** The step's node; absent for a run's input. */
   node?: string;
 }
 

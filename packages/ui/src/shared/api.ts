@@ -113,7 +113,8 @@ export type ApiErrorCode =
 
 /**
  * A JSON value as raw text. `truncated`: `text` is only the first `previewBytes` bytes (not valid
- * JSON; offer the download). `hidden`: the redact hook removed the value.
+ * JSON; offer the download). `hidden`: the redact hook removed the value. A ledger body the ledger
+ * itself kept cut has `truncated` set and `bytes` the size of the part kept.
  */
 export interface Payload {
   /** Size of the whole value as JSON text, in bytes. */
@@ -289,8 +290,10 @@ export interface ThroughputPoint {
   t: string;
   /** Steps completed (or skipped). */
   completed: number;
-  /** Attempts failed. */
+  /** Attempts failed (retryable or discarded). */
   failed: number;
+  /** Of the failed attempts, those that discarded their step. */
+  discarded: number;
 }
 
 /** `GET /api/stats/throughput`: dense, oldest first. */
