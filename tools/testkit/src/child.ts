@@ -161,6 +161,11 @@ export interface SpawnWorkerOptions {
   readyTimeoutMs?: number;
   /** The child's cwd, from which `tsx` resolves. Default: the script's package directory. */
   cwd?: string;
+  /**
+   * A command that runs node, such as `['ip', 'netns', 'exec', ns]` for a host in a network
+   * namespace (netns.ts); it must exec node in place, so the child's pid is node's.
+   */
+  wrap?: string[];
 }
 
 /**
@@ -176,11 +181,16 @@ export async function spawnWorker(options: SpawnWorkerOptions): Promise<ChildWor
   delete env.NODE_OPTIONS;
   // An adapter's "lowest SDK" project: the child loads the SDK under its alias too.
   const aliases = env.CYCLONE_TEST_ALIASES ? ['--import', SDK_ALIAS] : [];
-  const proc = spawn(
-    process.execPath,
-    ['--conditions=@cyclone/source', '--import', 'tsx', ...aliases, script],
-    { cwd: options.cwd ?? packageDir(script), env, stdio: ['pipe', 'pipe', 'pipe'] },
-  );
+  const nodeArgs = ['--conditions=@cyclone/source', '--import', 'tsx', ...aliases, script];
+  const [cmd, ...args] = [...(options.wrap ?? []), process.execPath, ...nodeArgs] as [
+    string,
+    ...string[],
+  ];
+  const proc = spawn(cmd, args, {
+    cwd: options.cwd ?? packageDir(script),
+    env,
+    stdio: ['pipe', 'pipe', 'pipe'],
+  });
   const child = new ChildWorker(proc, options.label ?? basename(script));
   try {
     const m = await child.waitForLine(

@@ -9,6 +9,8 @@ export {
 } from './child.js';
 export { ADMIN_URL, createTestDb, type TestDb, templateName, urlFor } from './db.js';
 export { type MigrateTemplate, templateSetup } from './global-setup.js';
+export { HostNetwork, type NetHost, netnsSupport } from './netns.js';
+export { PgServer, type PgServerOptions, serverBinDir } from './pg-server.js';
 export {
   type PgBouncer,
   type PgBouncerOptions,
