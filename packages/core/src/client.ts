@@ -6,7 +6,7 @@
  */
 
 import pg from 'pg';
-import { CONNECT_TIMEOUT_MS, type Db } from './db.js';
+import { CONNECT_TIMEOUT_MS, type Db, DEAD_CONNECTION_MS, deadConnectionSettings } from './db.js';
 import { ConfigError } from './errors.js';
 import type { ListRunsOptions } from './inspect.js';
 import * as inspect from './inspect.js';
@@ -121,6 +121,8 @@ export class Client {
         max: options.poolSize ?? 10,
         connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
         keepAlive: true,
+        // Without it the OS's idle time applies (2 hours on Linux) before a silent peer is probed.
+        keepAliveInitialDelayMillis: deadConnectionSettings(DEAD_CONNECTION_MS).keepAliveIdleMs,
       });
       this.ownsPool = true;
     } else {

@@ -1,6 +1,7 @@
 /**
  * The worker's LISTEN connection: a NOTIFY naming one of its workflows wakes the claim loop at
- * once. A lost connection is opened again after a second; polling covers the gap.
+ * once. A lost connection is opened again after a second; polling covers the gap. The connection
+ * is idle while it listens, so a silent peer is found by TCP keepalive, on both ends.
  */
 import pg from 'pg';
 import { CONNECT_TIMEOUT_MS } from './db.js';
@@ -12,6 +13,10 @@ export interface ListenerParts {
   connection: pg.ClientConfig;
   /** The NOTIFY channel. */
   channel: string;
+  /** Idle time before the client's keepalive probes (ms): `DeadConnectionSettings`. */
+  keepAliveIdleMs: number;
+  /** The server's keepalive settings for the session, run before LISTEN; none behind a pooler. */
+  serverSql?: { text: string; values: string[] };
   log: Logger;
   /** False once the worker stops: no new connection is opened then. */
   isRunning(): boolean;
@@ -39,6 +44,7 @@ export class Listener {
       ...parts.connection,
       connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
       keepAlive: true,
+      keepAliveInitialDelayMillis: parts.keepAliveIdleMs,
     });
     c.on('notification', (msg) => {
       if (!msg.payload || parts.wants(msg.payload)) parts.wake(msg.payload || undefined);
@@ -56,6 +62,7 @@ export class Listener {
     c.on('end', reconnect);
     try {
       await c.connect();
+      if (parts.serverSql) await c.query(parts.serverSql.text, parts.serverSql.values);
       await c.query(`LISTEN "${parts.channel}"`);
       if (!parts.isRunning()) {
         // The worker stopped while this connection was being opened.

@@ -5,7 +5,7 @@
  */
 import pg from 'pg';
 import type { Client } from './client.js';
-import { CONNECT_TIMEOUT_MS } from './db.js';
+import { CONNECT_TIMEOUT_MS, type DeadConnectionSettings } from './db.js';
 import type { Logger } from './logger.js';
 import { isDirectSession } from './session.js';
 
@@ -22,12 +22,16 @@ export interface WorkerPools {
 /**
  * Two pools of the worker's own when the client was made from a connection string (the step
  * pool of `poolSize` connections, the control pool of 3); else the client's pool for both.
+ * `dead` says how their connections find a silent peer: keepalive on both, the query timeout on
+ * the control pool only (the step pool runs handlers' queries, which may take as long as they
+ * need), and the server's keepalive on both (not behind a transaction-pooling proxy).
  */
 export function makeWorkerPools(
   client: Client,
   poolSize: number,
   log: Logger,
   leaseMs: number,
+  dead: DeadConnectionSettings,
 ): WorkerPools {
   const url = client.connectionString;
   if (!url) return { pool: client.pool, controlPool: client.pool, owned: false };
@@ -52,24 +56,41 @@ export function makeWorkerPools(
           text: "SELECT set_config('idle_in_transaction_session_timeout', $1, false)",
           values: [String(Math.max(1, Math.ceil(leaseMs)))],
         },
+        dead.serverSql,
       ]
     : undefined;
+  const stepSql = client.db.prepare ? [dead.serverSql] : undefined;
+  // The engine's statements (claims, heartbeats, sweeps, completion batches) answer within
+  // milliseconds to seconds; one unanswered for the query timeout went into a dead connection.
   return {
-    pool: makePool(url, poolSize, log),
-    controlPool: makePool(url, 3, log, controlSql),
+    pool: makePool(
+      url,
+      poolSize,
+      log,
+      { keepAliveInitialDelayMillis: dead.keepAliveIdleMs },
+      stepSql,
+    ),
+    controlPool: makePool(
+      url,
+      3,
+      log,
+      { keepAliveInitialDelayMillis: dead.keepAliveIdleMs, query_timeout: dead.queryTimeoutMs },
+      controlSql,
+    ),
     owned: true,
   };
 }
 
 /**
  * One pool. `onConnectSql` runs on each new connection before it is handed out (pg-pool awaits
- * it); a failure is only logged: the settings are planner hints and a bound on idle
- * transactions, and the statements work without them.
+ * it); a failure is only logged: the settings are planner hints and bounds on idle transactions
+ * and silent peers, and the statements work without them.
  */
 function makePool(
   connectionString: string,
   max: number,
   log: Logger,
+  liveness: { keepAliveInitialDelayMillis: number; query_timeout?: number },
   onConnectSql?: { text: string; values?: string[] }[],
 ): pg.Pool {
   const p = new pg.Pool({
@@ -77,6 +98,7 @@ function makePool(
     max,
     connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
     keepAlive: true,
+    ...liveness,
     ...(onConnectSql
       ? {
           onConnect: async (c: pg.ClientBase) => {

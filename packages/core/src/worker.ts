@@ -13,7 +13,13 @@ import { ClaimLoop, type StepHandle } from './claim.js';
 import type { Client } from './client.js';
 import { Completer } from './completion.js';
 import { CompletionBatcher } from './completion-batcher.js';
-import { type Db, MAX_TIMER_MS, settlesWithin } from './db.js';
+import {
+  type Db,
+  DEAD_CONNECTION_MS,
+  deadConnectionSettings,
+  MAX_TIMER_MS,
+  settlesWithin,
+} from './db.js';
 import type { Workflow } from './definitions.js';
 import { ConfigError } from './errors.js';
 import { Heartbeat } from './heartbeat.js';
@@ -68,6 +74,16 @@ export interface WorkerOptions {
    * caller-given pool, everything shares it: size it at least `concurrency + 4`.
    */
   poolSize?: number;
+  /**
+   * How long a connection of the worker's may stay silent before it counts as dead (a network
+   * partition, a host or proxy gone without closing it): it is closed and opened again. Default
+   * 15,000 ms; at least 11,000 ms for an idle connection (TCP keepalive: probes after this
+   * minus 10 s of silence, then 10 probes 1 s apart), and the query timeout of the engine's own
+   * statements; the server ends the sessions of a vanished worker (an open `completionTx`
+   * holding locks, the LISTEN) within the same time when the worker connects directly, not
+   * through a transaction-pooling proxy. docs/operations.md § Network partitions.
+   */
+  deadConnectionMs?: number;
   /**
    * Cron schedules this worker carries (`newSchedule`); their workflows must be in `workflows`.
    * Any number of workers may carry the same schedules: each fire time makes one run.
@@ -167,11 +183,15 @@ export class Worker {
       options.workerId ?? `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
     const log = (options.logger ?? client.logger).child({ workerId: this.workerId });
     this.log = log;
+    const dead = deadConnectionSettings(
+      positive('deadConnectionMs', options.deadConnectionMs, DEAD_CONNECTION_MS),
+    );
     const pools = makeWorkerPools(
       client,
       options.poolSize ?? Math.min(this.concurrency, 10),
       log,
       leaseMs,
+      dead,
     );
     this.pool = pools.pool;
     this.controlPool = pools.controlPool;
@@ -228,6 +248,8 @@ export class Worker {
         ? { connectionString: client.connectionString }
         : (client.pool as unknown as { options: pg.ClientConfig }).options,
       channel: db.channel,
+      keepAliveIdleMs: dead.keepAliveIdleMs,
+      serverSql: db.prepare ? dead.serverSql : undefined,
       log,
       isRunning: () => this.state === 'running',
       wants: (payload) => this.workflows.has(payload) || this.scheduler?.wants(payload) === true,
