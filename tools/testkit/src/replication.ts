@@ -257,6 +257,40 @@ export class ReplicatedCluster {
   }
 
   /**
+   * Turns synchronous replication off (`synchronous_standby_names` empty: COMMITs no longer wait
+   * for the standby) or back on for the current standby; for tests that show what asynchronous
+   * replication loses.
+   * @throws when there is no primary, or no standby to turn it on for.
+   */
+  async setSynchronous(on: boolean): Promise<void> {
+    const primary = this.primary;
+    if (!primary) throw new Error('no primary');
+    const standby = this.standby;
+    if (on && !standby) throw new Error('no standby to replicate to synchronously');
+    const names = on && standby ? `"${standby.name}"` : '';
+    await this.onNode(primary, async (c) => {
+      await c.query(`ALTER SYSTEM SET synchronous_standby_names = '${names}'`);
+      await c.query('SELECT pg_reload_conf()');
+    });
+  }
+
+  /**
+   * Stops the primary's WAL sender to the standby (SIGSTOP): the standby receives nothing more,
+   * as if the network to it were down, and falls behind (with synchronous replication on,
+   * COMMITs wait). `killPrimary()` ends it with the rest.
+   * @throws when there is no primary or no WAL sender.
+   */
+  async pauseReplication(): Promise<void> {
+    const primary = this.primary;
+    if (!primary) throw new Error('no primary');
+    const { rows } = await this.onNode(primary, (c) =>
+      c.query<{ pid: number }>('SELECT pid FROM pg_stat_replication'),
+    );
+    if (rows.length === 0) throw new Error(`${primary.name} has no WAL sender`);
+    for (const r of rows) process.kill(r.pid, 'SIGSTOP');
+  }
+
+  /**
    * Kills every process of the primary at once (SIGKILL: a crash) and points the proxy at
    * nothing, resetting the sessions still open through it.
    * @returns when it was killed (epoch ms).
