@@ -1,8 +1,17 @@
 import { pgbouncerProject } from '../../vitest.shared.js';
 
-// Tests again with the engine behind PgBouncer (transaction pooling).
+// The crash matrix, fencing, join race, submitOnce and cancellation tests again with the engine
+// behind PgBouncer (transaction pooling).
 export default pgbouncerProject(
   'core',
-  ['test/completion-tx.blocked.test.ts', 'test/stop.stuck-claim.test.ts'],
+  [
+    'test/crash.matrix.test.ts',
+    'test/completion.fencing.test.ts',
+    'test/join-race.test.ts',
+    'test/submit-once.test.ts',
+    'test/submit-once.serialization.test.ts',
+    'test/completion-tx.blocked.test.ts',
+    'test/stop.stuck-claim.test.ts',
+  ],
   { testTimeout: 60_000, hookTimeout: 60_000 },
 );

@@ -3,7 +3,14 @@
  * by another worker cannot complete it; its completionTx writes roll back, so the business
  * table (deliberately WITHOUT a unique constraint) holds exactly one row per (run, node).
  */
-import { type Deferred, deferred, waitFor } from '@cyclone/testkit';
+import {
+  type Deferred,
+  deferred,
+  engineClientOptions,
+  engineUrl,
+  engineWorkerOptions,
+  waitFor,
+} from '@cyclone/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, newAction, newWorkflow, Worker } from '../src/index.js';
 import { createTestDb, type TestDb } from './support/db.js';
@@ -16,7 +23,11 @@ describe('completion fencing', () => {
 
   beforeAll(async () => {
     db = await createTestDb();
-    client = new Client({ connectionString: db.url, poolSize: 4 });
+    client = new Client({
+      connectionString: engineUrl(db.url),
+      poolSize: 4,
+      ...engineClientOptions,
+    });
     // No unique constraint: a second committed write would show as a second row.
     await db.pool.query(
       'CREATE TABLE effects (run_id uuid NOT NULL, node text NOT NULL, attempt int NOT NULL, phase text NOT NULL)',
@@ -100,6 +111,7 @@ describe('completion fencing', () => {
       pollIntervalMs: 50,
       logger,
       workerId: `slow-${wf.name}`,
+      ...engineWorkerOptions,
     });
     workers.push(w);
     return w;
@@ -114,6 +126,7 @@ describe('completion fencing', () => {
       sweepIntervalMs: 50,
       pollIntervalMs: 50,
       workerId: `rescuer-${wf.name}`,
+      ...engineWorkerOptions,
     });
     workers.push(w);
     return w;

@@ -5,9 +5,16 @@
  * the step as the design promises. Handlers record each invocation, their completionTx writes
  * (`business`, no unique constraint) and their external effects (`effects_raw`, no dedupe;
  * `effects_keyed`, deduplicated by the `(runId, node)` key) in tables of the test database.
+ * Run directly and through PgBouncer (vitest.pgbouncer.config.ts): the workers' and the client's
+ * way in (`engineUrl`), the assertions on a direct pool.
  */
 import { rmSync, writeFileSync } from 'node:fs';
-import { type ChildWorker, killAllChildren } from '@cyclone/testkit';
+import {
+  type ChildWorker,
+  engineClientOptions,
+  engineUrl,
+  killAllChildren,
+} from '@cyclone/testkit';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Client } from '../src/index.js';
 import { spawnCrashWorker } from './support/child.js';
@@ -35,7 +42,7 @@ const observed: Record<string, unknown>[] = [];
 beforeAll(async () => {
   db = await createTestDb();
   await db.pool.query(CRASH_TABLES);
-  client = new Client({ connectionString: db.url, poolSize: 2 });
+  client = new Client({ connectionString: engineUrl(db.url), poolSize: 2, ...engineClientOptions });
 });
 
 afterEach(async () => {
@@ -51,7 +58,7 @@ afterAll(async () => {
 
 const victim = (label = 'A') =>
   spawnCrashWorker({
-    databaseUrl: db.url,
+    databaseUrl: engineUrl(db.url),
     victim: true,
     leaseMs: LEASE_MS,
     sweepIntervalMs: SWEEP_MS,
@@ -59,7 +66,7 @@ const victim = (label = 'A') =>
   });
 const rescuer = (label = 'B') =>
   spawnCrashWorker({
-    databaseUrl: db.url,
+    databaseUrl: engineUrl(db.url),
     victim: false,
     leaseMs: LEASE_MS,
     sweepIntervalMs: SWEEP_MS,

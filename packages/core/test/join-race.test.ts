@@ -3,7 +3,13 @@
  * complete at nearly the same instant on different connections; the row-locked counters must
  * release d exactly once and complete the run exactly once.
  */
-import { mapLimit, waitFor } from '@cyclone/testkit';
+import {
+  engineClientOptions,
+  engineUrl,
+  engineWorkerOptions,
+  mapLimit,
+  waitFor,
+} from '@cyclone/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, newAction, newWorkflow, Worker } from '../src/index.js';
 import { createTestDb, type TestDb } from './support/db.js';
@@ -74,7 +80,11 @@ describe('join race', () => {
     });
 
     for (let i = 0; i < WORKERS; i++) {
-      const client = new Client({ connectionString: db.url, poolSize: 2 });
+      const client = new Client({
+        connectionString: engineUrl(db.url),
+        poolSize: 2,
+        ...engineClientOptions,
+      });
       clients.push(client);
       // A small pool per worker keeps the whole test suite under the server's max_connections.
       const worker = new Worker({
@@ -83,6 +93,7 @@ describe('join race', () => {
         concurrency: CONCURRENCY,
         poolSize: 6,
         pollIntervalMs: 200,
+        ...engineWorkerOptions,
       });
       workers.push(worker);
     }

@@ -4,6 +4,7 @@
  * SQLSTATE, a message that says to retry the transaction) instead of PostgreSQL's raw
  * serialization failure; the retried transaction finds the winner's run.
  */
+import { engineClientOptions, engineUrl } from '@cyclone/testkit';
 import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -24,7 +25,7 @@ let client: Client;
 
 beforeAll(async () => {
   db = await createTestDb();
-  client = new Client({ connectionString: db.url, poolSize: 4 });
+  client = new Client({ connectionString: engineUrl(db.url), poolSize: 4, ...engineClientOptions });
 });
 
 afterAll(async () => {
@@ -34,7 +35,7 @@ afterAll(async () => {
 
 /** Runs `fn` on a connection of its own, released after. */
 async function onConnection<T>(fn: (c: pg.PoolClient) => Promise<T>): Promise<T> {
-  const c = await db.pool.connect();
+  const c = await client.pool.connect();
   try {
     return await fn(c);
   } finally {
@@ -77,7 +78,7 @@ describe.each(['REPEATABLE READ', 'SERIALIZABLE'])('in a %s transaction', (level
   it('a key being inserted by a transaction that commits while we wait on it: the same', async () => {
     const key = `k-${level}-waiting`;
     const input = { orderId: key };
-    const other = await db.pool.connect();
+    const other = await client.pool.connect();
     try {
       await onConnection(async (c) => {
         await c.query(`BEGIN ISOLATION LEVEL ${level}`);

@@ -3,6 +3,7 @@
  * under the same key is an error, never a silent success; invalid input writes nothing; keys of
  * any reasonable text work.
  */
+import { engineClientOptions, engineUrl } from '@cyclone/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import {
@@ -39,7 +40,11 @@ describe('submitOnce', () => {
 
   beforeAll(async () => {
     db = await createTestDb();
-    client = new Client({ connectionString: db.url, poolSize: 20 });
+    client = new Client({
+      connectionString: engineUrl(db.url),
+      poolSize: 20,
+      ...engineClientOptions,
+    });
   });
 
   afterAll(async () => {

@@ -4,10 +4,18 @@
  * step up once its lease expires. `crashSuite` defines the file's lifecycle (an isolated
  * database, a client, a fresh fake per test, no child outliving its test) and the standard
  * scenarios; the adapter gives what differs (its fake, its child script, its own checks), and
- * adds tests of its own through the returned harness.
+ * adds tests of its own through the returned harness. Under `CYCLONE_TEST_VIA=pgbouncer` (a
+ * package's `@pgbouncer` project) the client, the rescuer and the victim go through PgBouncer.
  */
 import { Client, type RunInfo, type StepInfo, type Workflow } from '@cyclone/core';
-import { type ChildWorker, killAllChildren, spawnWorker, waitFor } from '@cyclone/testkit';
+import {
+  type ChildWorker,
+  engineClientOptions,
+  engineUrl,
+  killAllChildren,
+  spawnWorker,
+  waitFor,
+} from '@cyclone/testkit';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { startWorker } from './harness.js';
 
@@ -95,7 +103,11 @@ export function crashSuite<F extends { close(): Promise<void> }, I>(
 
   beforeAll(async () => {
     db = await spec.createTestDb();
-    client = new Client({ connectionString: db.url, poolSize: 6 });
+    client = new Client({
+      connectionString: engineUrl(db.url),
+      poolSize: 6,
+      ...engineClientOptions,
+    });
   });
   afterAll(async () => {
     await killAllChildren();
@@ -125,7 +137,7 @@ export function crashSuite<F extends { close(): Promise<void> }, I>(
       return spawnWorker({
         script: spec.script,
         env: {
-          DATABASE_URL: db.url,
+          DATABASE_URL: engineUrl(db.url),
           CRASH_LEASE_MS: String(VICTIM_LEASE_MS),
           ...spec.childEnv(h.fake),
         },

@@ -15,6 +15,7 @@ import {
   type WorkerOptions,
   type Workflow,
 } from '@cyclone/core';
+import { engineWorkerOptions } from '@cyclone/testkit';
 
 /** A one-node workflow (`name`, node `send`) around `handler`; retries every 50 ms by default. */
 export function oneStep<I>(
@@ -35,7 +36,8 @@ export type TestWorkerOptions = Partial<Omit<WorkerOptions, 'client' | 'workflow
 
 /**
  * A started worker for `workflows` with test-sized timings (concurrency 4, 2 s lease, 50 ms poll,
- * 200 ms sweep), which `options` override. Stop it with `stop()`.
+ * 200 ms sweep; no LISTEN behind PgBouncer, `engineWorkerOptions`), which `options` override.
+ * Stop it with `stop()`.
  */
 export async function startWorker(
   client: Client,
@@ -50,6 +52,7 @@ export async function startWorker(
     leaseMs: 2_000,
     pollIntervalMs: 50,
     sweepIntervalMs: 200,
+    ...engineWorkerOptions,
     ...options,
   });
   await worker.start();

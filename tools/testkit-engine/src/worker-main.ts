@@ -4,7 +4,13 @@
  * `READY <pid> <workerId>` on stdout.
  */
 import { Client, Worker, type Workflow } from '@cyclone/core';
-import { announceReady, envNumber, requireEnv } from '@cyclone/testkit';
+import {
+  announceReady,
+  engineClientOptions,
+  engineWorkerOptions,
+  envNumber,
+  requireEnv,
+} from '@cyclone/testkit';
 import type { TestWorkerOptions } from './harness.js';
 
 export interface ChildWorkerOptions extends TestWorkerOptions {
@@ -18,13 +24,18 @@ export interface ChildWorkerOptions extends TestWorkerOptions {
  * @throws when `DATABASE_URL` is unset.
  */
 export async function startChildWorker(options: ChildWorkerOptions): Promise<Worker> {
-  const client = new Client({ connectionString: requireEnv('DATABASE_URL'), poolSize: 4 });
+  const client = new Client({
+    connectionString: requireEnv('DATABASE_URL'),
+    poolSize: 4,
+    ...engineClientOptions,
+  });
   const worker = new Worker({
     client,
     concurrency: 2,
     leaseMs: envNumber('CRASH_LEASE_MS', 1_000),
     pollIntervalMs: 50,
     sweepIntervalMs: 250,
+    ...engineWorkerOptions,
     ...options,
   });
   await worker.start();

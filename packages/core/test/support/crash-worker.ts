@@ -2,13 +2,21 @@
  * A child worker process of the crash tests (spawned by child.ts, never imported by tests):
  * `node --conditions=@cyclone/source --import tsx crash-worker.ts`.
  *
- * Environment: DATABASE_URL (the test file's database), CRASH_VICTIM=1 to stop at the run's
+ * Environment: DATABASE_URL (the test file's database, directly or through PgBouncer with
+ * CYCLONE_TEST_VIA, @cyclone/testkit's via.ts), CRASH_VICTIM=1 to stop at the run's
  * crash point, CRASH_LEASE_MS, CRASH_SWEEP_MS, CRASH_POLL_MS.
  * Stdout protocol (one line each): `READY <pid> <workerId>` once the worker runs, then the
  * handlers' lines (crash-workflows.ts), `STOPPED` after a SIGTERM-initiated graceful stop.
  */
 import { Client, consoleLogger, Worker } from '@cyclone/core';
-import { announceReady, emitLine, envNumber, requireEnv } from '@cyclone/testkit';
+import {
+  announceReady,
+  emitLine,
+  engineClientOptions,
+  engineWorkerOptions,
+  envNumber,
+  requireEnv,
+} from '@cyclone/testkit';
 import pg from 'pg';
 import { CRASH_WORKFLOWS, configureCrash } from './crash-workflows.js';
 
@@ -23,7 +31,7 @@ configureCrash({
   allowSelfKill: true,
 });
 
-const client = new Client({ connectionString: url, poolSize: 4 });
+const client = new Client({ connectionString: url, poolSize: 4, ...engineClientOptions });
 const worker = new Worker({
   client,
   workflows: [...CRASH_WORKFLOWS],
@@ -32,6 +40,7 @@ const worker = new Worker({
   sweepIntervalMs: envNumber('CRASH_SWEEP_MS', 250),
   pollIntervalMs: envNumber('CRASH_POLL_MS', 100),
   logger: consoleLogger('warn', { pid: process.pid }),
+  ...engineWorkerOptions,
 });
 
 let stopping = false;
