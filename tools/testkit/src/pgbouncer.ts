@@ -40,7 +40,7 @@ export function pgbouncerVersion(): string | undefined {
 
 /** Options of `startPgBouncer`. */
 export interface PgBouncerOptions {
-  /** The server it pools for (host, port and user are taken from it). Default `ADMIN_URL`. */
+  /** The server it pools for (host, port, user and password from it). Default `ADMIN_URL`. */
   serverUrl?: string;
   /** Server connections per database and user (`default_pool_size`). Default 20. */
   poolSize?: number;
@@ -67,7 +67,7 @@ export interface PgBouncer {
   admin(command: string): Promise<Record<string, unknown>[]>;
   /** Sends `signal` (default SIGKILL) and waits for the process to exit. */
   kill(signal?: NodeJS.Signals): Promise<void>;
-  /** Starts it again on the same port and config, after `kill`; waits until it accepts. */
+  /** Kills it (SIGKILL) if it runs and starts it again on the same port and config; waits until it accepts. */
   restart(): Promise<void>;
   /** What it wrote to stderr (its log), for a failure message. */
   log(): string;
@@ -116,6 +116,8 @@ export async function startPgBouncer(options: PgBouncerOptions = {}): Promise<Pg
       // No unix socket: the temp dir is not writable by the unprivileged user.
       unix_socket_dir: '',
       auth_type: 'any',
+      // The console's commands (PAUSE, RECONNECT…) for user pgbouncer; SHOW for anyone.
+      admin_users: 'pgbouncer',
       pool_mode: 'transaction',
       max_client_conn: 2000,
       default_pool_size: options.poolSize ?? 20,
@@ -125,10 +127,20 @@ export async function startPgBouncer(options: PgBouncerOptions = {}): Promise<Pg
       pidfile: '',
       log_connections: 0,
       log_disconnections: 0,
+      // After a failed server login (the server restarting), try again within a second, not 15.
+      server_login_retry: 1,
       ...options.settings,
     };
     const user = decodeURIComponent(server.username) || 'postgres';
-    const target = `host=${server.hostname} port=${server.port || '5432'} user=${user}`;
+    const password = decodeURIComponent(server.password);
+    // Quoted, a quote doubled (PgBouncer's connect-string syntax).
+    const quote = (v: string) => `'${v.replaceAll("'", "''")}'`;
+    const target = [
+      `host=${server.hostname}`,
+      `port=${server.port || '5432'}`,
+      `user=${quote(user)}`,
+      ...(password ? [`password=${quote(password)}`] : []),
+    ].join(' ');
     const text = [
       '[databases]',
       `* = ${target}`,
