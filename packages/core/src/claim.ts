@@ -12,7 +12,7 @@ import { withConnection, withTransaction } from './db.js';
 import type { Workflow } from './definitions.js';
 import { describeError } from './error-entry.js';
 import { LeaseLostError } from './errors.js';
-import { executeStep, Outcome } from './execute-step.js';
+import { executeStep, Outcome, StepAbort } from './execute-step.js';
 import { FlowControl } from './flow.js';
 import { LazyChildLogger, type Logger } from './logger.js';
 import type { Recorded } from './recorded.js';
@@ -374,7 +374,7 @@ export class ClaimLoop {
   /** Starts one claimed step: executes it, then records its outcome; see `StepHandle`. */
   private start(row: ClaimedStep): StepHandle {
     const { parts } = this;
-    const ac = new AbortController();
+    const ac = new StepAbort();
     let finishing = false;
     const markFinishing = () => {
       if (finishing) return;
@@ -413,7 +413,7 @@ export class ClaimLoop {
           makeContext({
             step: row,
             ancestors: node.ancestors,
-            signal: ac.signal,
+            abort: ac,
             log,
             client: parts.client,
             db: parts.db,

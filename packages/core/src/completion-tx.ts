@@ -26,10 +26,12 @@ export class CompletionTx {
   private ended = false;
   /** Handler queries on the transaction still running. */
   private busy = 0;
-  /** What the handler gets: queries on the open transaction while the attempt lasts. */
-  private readonly api: Tx;
-  private readonly onError = (err: Error) =>
-    this.log.warn({ err: err.message }, 'completion transaction connection lost');
+  /**
+   * What the handler gets: queries on the open transaction while the attempt lasts. Made, with
+   * the connection's error listener, on the first `open()`: most steps never open one.
+   */
+  private api: Tx | undefined;
+  private onError: ((err: Error) => void) | undefined;
 
   /**
    * @param step the step whose attempt the transaction belongs to (for `LeaseLostError`).
@@ -40,20 +42,7 @@ export class CompletionTx {
     private readonly step: TxOwner,
     private readonly pool: pg.Pool,
     private readonly log: Logger,
-  ) {
-    this.api = {
-      query: async (text, values) => {
-        const c = this.conn;
-        if (this.ended || !c) throw this.leaseLost();
-        this.busy++;
-        try {
-          return (await c.query(text, values)) as never;
-        } finally {
-          this.busy--;
-        }
-      },
-    };
-  }
+  ) {}
 
   /**
    * `ctx.completionTx()`: opens the transaction on the first call (BEGIN on a step-pool
@@ -63,10 +52,26 @@ export class CompletionTx {
   open(): Promise<Tx> {
     if (this.ended) return Promise.reject(this.leaseLost());
     this.opening ??= (async () => {
+      const api: Tx = {
+        query: async (text, values) => {
+          const c = this.conn;
+          if (this.ended || !c) throw this.leaseLost();
+          this.busy++;
+          try {
+            return (await c.query(text, values)) as never;
+          } finally {
+            this.busy--;
+          }
+        },
+      };
+      this.api = api;
+      const onError = (err: Error) =>
+        this.log.warn({ err: err.message }, 'completion transaction connection lost');
+      this.onError = onError;
       const c = await this.pool.connect();
       // A checked-out client has no 'error' listener of the pool's: without ours, a connection
       // that dies while the handler holds the transaction would crash the process.
-      c.on('error', this.onError);
+      c.on('error', onError);
       try {
         await c.query('BEGIN');
       } catch (err) {
@@ -74,7 +79,7 @@ export class CompletionTx {
         throw err;
       }
       this.conn = c;
-      return this.api;
+      return api;
     })();
     return this.opening;
   }
@@ -98,7 +103,7 @@ export class CompletionTx {
 
   /** Returns a connection to the pool, destroyed when `err` is given. */
   release(c: pg.PoolClient, err?: unknown): void {
-    c.removeListener('error', this.onError);
+    if (this.onError) c.removeListener('error', this.onError);
     c.release(err === undefined ? undefined : (err as Error));
   }
 

@@ -68,7 +68,8 @@ export interface ContextParts {
   step: ClaimedStep;
   /** Every ancestor of the step's node: the nodes `upstream()` may read. */
   ancestors: readonly string[];
-  signal: AbortSignal;
+  /** The attempt's abort; its `signal` is made when the handler first reads `ctx.signal`. */
+  abort: { readonly signal: AbortSignal; readonly aborted: boolean };
   log: Logger;
   client: Client;
   /** The statements' schema and prepare flag. */
@@ -80,14 +81,16 @@ export interface ContextParts {
 
 /** Makes the `ctx` a handler receives for one claimed step. */
 export function makeContext(p: ContextParts): Context {
-  const { step, signal } = p;
+  const { step } = p;
   return {
     runId: step.run_id,
     node: step.node,
     attempt: step.attempt,
     workflow: step.workflow,
     action: step.action,
-    signal,
+    get signal() {
+      return p.abort.signal;
+    },
     log: p.log,
     client: p.client,
     completionTx: () => p.completionTx.open(),
@@ -108,7 +111,7 @@ export function makeContext(p: ContextParts): Context {
         node: step.node,
         attempt: step.attempt,
       });
-      if (!held || signal.aborted) {
+      if (!held || p.abort.aborted) {
         throw new LeaseLostError(step.run_id, step.node, step.attempt);
       }
     },

@@ -109,13 +109,60 @@ export interface ExecuteParts {
   /** The worker's definition of the step's workflow. */
   workflow: Workflow<unknown>;
   /** Aborted on lease loss or a hard stop; the step's timeout aborts it too. */
-  abort: AbortController;
+  abort: StepAbort;
   /** Makes the handler's `ctx` for the step's node. */
   context(node: NodeDef<unknown>): Context;
   /** Largest output stored (bytes). */
   maxPayloadBytes: number;
   /** Called once the handler settled (or will not run): the step's claim slot may be reused. */
   markFinishing(): void;
+}
+
+/** How the handler's race ended: its value or error, or the abort's reason. */
+type Settled = { ok: true; value: unknown } | { ok: false; error: unknown; aborted: boolean };
+
+/**
+ * The abort of one attempt (timeout, lease loss, hard stop), with its `AbortSignal` made only
+ * when the handler reads `ctx.signal`: an `AbortController` is an EventTarget, and making one per
+ * step was a measurable part of the worker's CPU and garbage per step, while most handlers never
+ * look at it. The first reason wins, as with `AbortController.abort`.
+ */
+export class StepAbort {
+  private controller: AbortController | undefined;
+  private why: unknown;
+  private done = false;
+  private listener: ((reason: unknown) => void) | undefined;
+
+  /** The signal handed to the handler (`ctx.signal`), aborted already if the attempt was. */
+  get signal(): AbortSignal {
+    if (this.controller === undefined) {
+      this.controller = new AbortController();
+      if (this.done) this.controller.abort(this.why);
+    }
+    return this.controller.signal;
+  }
+
+  /** True once `abort` was called. */
+  get aborted(): boolean {
+    return this.done;
+  }
+
+  /** Aborts with `reason`; later calls do nothing. */
+  abort(reason: unknown): void {
+    if (this.done) return;
+    this.done = true;
+    this.why = reason;
+    this.controller?.abort(reason);
+    const l = this.listener;
+    this.listener = undefined;
+    l?.(reason);
+  }
+
+  /** Calls `fn` once with the reason: now if aborted already, else on the abort (one listener). */
+  onAbort(fn: (reason: unknown) => void): void {
+    if (this.done) fn(this.why);
+    else this.listener = fn;
+  }
 }
 
 /** Runs one claimed step's handler and says how the attempt ended; never rejects. */
@@ -154,23 +201,20 @@ export async function executeStep(row: ClaimedStep, p: ExecuteParts): Promise<Ou
     return Outcome.discarded('input_invalid', err);
   }
 
-  // The handler, raced against the abort (timeout, lease loss, hard stop).
+  // The handler, raced against the abort (timeout, lease loss, hard stop): one promise settled
+  // by whichever comes first.
   const ac = p.abort;
   const timeoutMs = node.action.timeoutMs;
   const timer = timeoutMs
     ? setTimeout(() => ac.abort(new StepTimeoutError(timeoutMs)), timeoutMs)
     : undefined;
-  type Settled = { ok: true; value: unknown } | { ok: false; error: unknown; aborted: boolean };
-  const aborted = new Promise<Settled>((resolve) => {
-    const onAbort = () => resolve({ ok: false, error: ac.signal.reason, aborted: true });
-    if (ac.signal.aborted) onAbort();
-    else ac.signal.addEventListener('abort', onAbort, { once: true });
+  const settled = await new Promise<Settled>((resolve) => {
+    ac.onAbort((reason) => resolve({ ok: false, error: reason, aborted: true }));
+    (async () => node.action.handler(ctx, input))().then(
+      (value) => resolve({ ok: true, value }),
+      (error) => resolve({ ok: false, error, aborted: false }),
+    );
   });
-  const ran = (async () => node.action.handler(ctx, input))().then(
-    (value): Settled => ({ ok: true, value }),
-    (error): Settled => ({ ok: false, error, aborted: false }),
-  );
-  const settled = await Promise.race([ran, aborted]);
   clearTimeout(timer);
   p.markFinishing();
 
