@@ -91,6 +91,8 @@ async function listFiles(dir: string): Promise<Map<string, Asset>> {
     if (!e.isFile()) continue;
     const path = join(e.parentPath, e.name);
     const rel = relative(dir, path).split(sep).join('/');
+    // Build metadata (.vite/manifest.json) and other dot-files are not pages.
+    if (rel.split('/').some((segment) => segment.startsWith('.'))) continue;
     files.set(rel, {
       path,
       type: TYPES[extname(e.name).toLowerCase()] ?? 'application/octet-stream',
