@@ -4,9 +4,11 @@
  */
 import { InvalidArgumentError } from 'commander';
 import { CycloneError } from './errors.js';
+import { LIST_LIMITS_CAP } from './list-limits.js';
 import { FINISHED_RUN_STATES, type FinishedRunState } from './retention.js';
 import type { ScheduleInfo } from './schedules.js';
-import type { RunInfo, RunSummary, StepInfo } from './types.js';
+import type { LimitInfo, RunInfo, RunSummary, StepInfo } from './types.js';
+import type { WorkerInfo } from './workers.js';
 
 const DURATION_UNITS: Record<string, number> = {
   ms: 1,
@@ -235,6 +237,30 @@ export function formatSchedules(schedules: ScheduleInfo[]): string {
   );
 }
 
+/**
+ * `cyclone limits`: one row per limit (per key for a limit with a key), or a line saying there is
+ * none. HELD: running steps (concurrency) or starts in the window ending now (rate); WAITING: due
+ * steps not started, counted up to `LIST_LIMITS_CAP` (shown with a +).
+ */
+export function formatLimits(limits: LimitInfo[]): string {
+  if (limits.length === 0) {
+    return 'no limits (a worker records the limits of its actions when it starts)';
+  }
+  const capped = (n: number) => (n >= LIST_LIMITS_CAP ? `${LIST_LIMITS_CAP}+` : String(n));
+  return table(
+    ['ACTION', 'LIMIT', 'KEY', 'HELD', 'WAITING'],
+    limits.map((l) => [
+      l.action,
+      l.kind === 'concurrency'
+        ? `concurrency ${l.limit}`
+        : `rate ${l.limit}/${formatDuration(l.periodMs ?? 0)}`,
+      l.key === null ? '-' : truncate(l.key, 40),
+      String(l.held),
+      capped(l.waiting),
+    ]),
+  );
+}
+
 /** `active`, `paused`, `not carried` (no worker has it: it does not fire), and a waiting trigger. */
 function scheduleState(s: ScheduleInfo): string {
   const state = [s.paused ? 'paused' : s.carried ? 'active' : '', s.carried ? '' : 'not carried']
@@ -261,4 +287,55 @@ function iso(d: Date | string | null): string {
 
 function truncate(s: string, max: number): string {
   return s.length <= max ? s : `${s.slice(0, max - 1)}…`;
+}
+
+/**
+ * `cyclone workers`: one row per registered worker (alive or not yet deleted), or a line saying
+ * there is none. SEEN: seconds since its last refresh; IN FLIGHT/CONC: steps held of its
+ * concurrency.
+ */
+export function formatWorkers(workers: WorkerInfo[], now: Date = new Date()): string {
+  if (workers.length === 0) {
+    return 'no workers (a worker registers itself when it starts and removes itself when it stops)';
+  }
+  return table(
+    ['WORKER', 'HOST', 'PID', 'STATE', 'IN FLIGHT', 'STARTED', 'SEEN', 'WORKFLOWS'],
+    workers.map((w) => [
+      truncate(w.workerId, 48),
+      truncate(w.host, 32),
+      String(w.pid),
+      w.alive ? 'alive' : 'not seen',
+      `${w.inFlight}/${w.concurrency}`,
+      iso(w.startedAt),
+      `${Math.max(0, Math.round((now.getTime() - w.lastSeenAt.getTime()) / 1000))}s ago`,
+      truncate(w.workflows.join(','), 60),
+    ]),
+  );
+}
+
+/**
+ * A port number for `cyclone ui --port`.
+ * @throws InvalidArgumentError unless an integer from 0 to 65535 (0: any free port).
+ */
+export function parsePort(value: string): number {
+  const n = Number(value);
+  if (!/^\d+$/.test(value) || !Number.isSafeInteger(n) || n > 65_535) {
+    throw new InvalidArgumentError('must be a port number from 0 to 65535');
+  }
+  return n;
+}
+
+/** Whether `host` names this machine's loopback interface (127.0.0.0/8, ::1, localhost). */
+export function isLoopbackHost(host: string): boolean {
+  const h = host
+    .trim()
+    .toLowerCase()
+    .replace(/^\[|\]$/g, '');
+  return (
+    h === 'localhost' ||
+    h === '::1' ||
+    h === '0:0:0:0:0:0:0:1' ||
+    /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h) ||
+    /^::ffff:127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h)
+  );
 }

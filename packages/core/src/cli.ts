@@ -6,23 +6,29 @@
  * `DATABASE_URL`, else the embedded PostgreSQL.
  */
 import { readFileSync, realpathSync } from 'node:fs';
-import { relative } from 'node:path';
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { createRequire } from 'node:module';
+import { join, relative } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { Command, CommanderError, Option } from 'commander';
 import {
   databaseUrlProblem,
   formatDuration,
   formatError,
+  formatLimits,
   formatRun,
   formatRuns,
   formatRunsFooter,
   formatSchedules,
+  formatWorkers,
+  isLoopbackHost,
   parseBatchSize,
   parseDuration,
   parseFinishedStates,
   parseJson,
   parseLimit,
   parseMaxRuns,
+  parsePort,
 } from './cli-format.js';
 import { Client } from './client.js';
 import {
@@ -43,6 +49,28 @@ export interface CliIo {
   stdout: { write(chunk: string): unknown };
   stderr: { write(chunk: string): unknown };
   env: Record<string, string | undefined>;
+  /**
+   * Loads `@cyclone/ui` for `cyclone ui`. Default: imported from where core is installed, else
+   * from the working directory's packages; rejects when it is not installed.
+   */
+  loadUi: () => Promise<UiModule>;
+  /** Resolves when `cyclone ui` should stop serving. Default: SIGINT or SIGTERM. */
+  until: Promise<unknown>;
+}
+
+/** What `cyclone ui` uses of `@cyclone/ui` (the package is optional: core does not depend on it). */
+export interface UiModule {
+  createUi(options: {
+    client: Client;
+    basePath?: string;
+    readOnly?: boolean;
+    authorize?: unknown;
+  }): {
+    nodeHandler: (req: IncomingMessage, res: ServerResponse) => unknown;
+    close?: () => Promise<void>;
+  };
+  basicAuth(user: string, password: string): unknown;
+  bearerToken(token: string): unknown;
 }
 
 const RUN_STATES: readonly RunState[] = ['running', 'completed', 'failed', 'cancelled'];
@@ -383,6 +411,20 @@ export async function main(argv: readonly string[], io: Partial<CliIo> = {}): Pr
       });
     });
 
+  program
+    .command('limits')
+    .description(
+      'list the concurrency and rate limits the workers run with: steps holding each (per key) and steps waiting',
+    )
+    .option('--json', 'print JSON')
+    .action(async (opts: { json?: boolean }, cmd: Command) => {
+      await withClient(cmd, async (client) => {
+        const limits = await client.listLimits();
+        if (opts.json) print(JSON.stringify(limits, null, 2));
+        else print(formatLimits(limits));
+      });
+    });
+
   const schedule = program
     .command('schedule')
     .description('pause, resume or trigger a cron schedule');
@@ -422,6 +464,103 @@ export async function main(argv: readonly string[], io: Partial<CliIo> = {}): Pr
       });
     });
 
+  program
+    .command('workers')
+    .description(
+      'list the registered workers: host, pid, steps in flight, last seen, workflows (each worker registers itself)',
+    )
+    .option('--json', 'print JSON')
+    .action(async (opts: { json?: boolean }, cmd: Command) => {
+      await withClient(cmd, async (client) => {
+        const workers = await client.listWorkers();
+        if (opts.json) print(JSON.stringify(workers, null, 2));
+        else print(formatWorkers(workers));
+      });
+    });
+
+  program
+    .command('ui')
+    .description(
+      'serve the operator web UI (needs @cyclone/ui installed); loopback only unless auth is set',
+    )
+    .option('--port <n>', 'port to listen on (0: any free port)', parsePort, 7777)
+    .option(
+      '--host <address>',
+      'address to listen on; other than loopback needs --basic-auth or --token',
+      '127.0.0.1',
+    )
+    .option('--read-only', 'offer no actions: the server refuses retry, cancel and the rest')
+    .option('--base-path <path>', 'serve under this path (behind a reverse proxy), e.g. /cyclone')
+    .option(
+      '--basic-auth <user:password>',
+      'require HTTP basic auth (default: $CYCLONE_UI_BASIC_AUTH; the variable keeps it out of ps)',
+    )
+    .option('--token <token>', 'require Authorization: Bearer <token> (default: $CYCLONE_UI_TOKEN)')
+    .action(
+      async (
+        opts: {
+          port: number;
+          host: string;
+          readOnly?: boolean;
+          basePath?: string;
+          basicAuth?: string;
+          token?: string;
+        },
+        cmd: Command,
+      ) => {
+        const usage = (message: string) =>
+          cmd.error(message, { exitCode: 2, code: 'cyclone.usage' });
+        const basic = opts.basicAuth ?? (env.CYCLONE_UI_BASIC_AUTH || undefined);
+        const token = opts.token ?? (env.CYCLONE_UI_TOKEN || undefined);
+        if (basic !== undefined && token !== undefined) {
+          usage('ui takes --basic-auth or --token, not both');
+        }
+        const colon = basic?.indexOf(':') ?? -1;
+        if (basic !== undefined && (colon < 1 || colon === basic.length - 1)) {
+          usage('--basic-auth (or CYCLONE_UI_BASIC_AUTH) must be user:password');
+        }
+        if (!isLoopbackHost(opts.host) && basic === undefined && token === undefined) {
+          usage(
+            `refusing to serve the UI on ${opts.host} without auth: anyone who reaches it could retry and cancel runs. Set --basic-auth user:password or --token (or CYCLONE_UI_BASIC_AUTH / CYCLONE_UI_TOKEN), or listen on 127.0.0.1`,
+          );
+        }
+        const ui = await (io.loadUi ?? loadUiModule)();
+        const authorize =
+          basic !== undefined
+            ? ui.basicAuth(basic.slice(0, colon), basic.slice(colon + 1))
+            : token !== undefined
+              ? ui.bearerToken(token)
+              : undefined;
+        await withClient(cmd, async (client) => {
+          const app = ui.createUi({
+            client,
+            basePath: opts.basePath,
+            readOnly: opts.readOnly === true,
+            authorize,
+          });
+          const server = createServer((req, res) => void app.nodeHandler(req, res));
+          try {
+            await new Promise<void>((resolve, reject) => {
+              server.once('error', reject);
+              server.listen(opts.port, opts.host, () => resolve());
+            });
+            const address = server.address();
+            const port = typeof address === 'object' && address ? address.port : opts.port;
+            const host = opts.host.includes(':') ? `[${opts.host}]` : opts.host;
+            const path = (opts.basePath ?? '').replace(/\/+$/, '');
+            print(
+              `Cyclone UI on http://${host}:${port}${path}/ (schema ${client.schema}${opts.readOnly ? ', read-only' : ''}${authorize ? ', auth required' : ''}); Ctrl-C stops it`,
+            );
+            await (io.until ?? untilSignal());
+          } finally {
+            server.closeAllConnections?.();
+            await new Promise<void>((resolve) => server.close(() => resolve()));
+            await app.close?.();
+          }
+        });
+      },
+    );
+
   try {
     await program.parseAsync([...argv], { from: 'user' });
     return 0;
@@ -454,6 +593,51 @@ export async function run(): Promise<never> {
   // The empty write's callback runs once earlier output is flushed.
   return new Promise<never>(() => {
     process.stdout.write('', () => process.exit(code));
+  });
+}
+
+/**
+ * Imports `@cyclone/ui`: resolved from core's own location (an application that installed both),
+ * else from the working directory's packages.
+ * @throws ConfigError saying how to install it when neither has it.
+ */
+async function loadUiModule(): Promise<UiModule> {
+  const name = '@cyclone/ui';
+  try {
+    return (await import(name)) as UiModule;
+  } catch (first) {
+    if (!isModuleNotFound(first, name)) throw first;
+  }
+  try {
+    const path = createRequire(join(process.cwd(), 'package.json')).resolve(name);
+    return (await import(pathToFileURL(path).href)) as UiModule;
+  } catch (second) {
+    if (!isModuleNotFound(second, name)) throw second;
+  }
+  throw new ConfigError(
+    'cyclone ui needs the @cyclone/ui package, which is not installed: npm install @cyclone/ui (the same version as @cyclone/core)',
+  );
+}
+
+/** A failed import of `name` itself (not of a module it imports). */
+function isModuleNotFound(e: unknown, name: string): boolean {
+  const { code, message } = (e ?? {}) as { code?: unknown; message?: unknown };
+  return (
+    (code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND') &&
+    String(message).includes(`'${name}'`)
+  );
+}
+
+/** Resolves at the first SIGINT or SIGTERM. */
+function untilSignal(): Promise<void> {
+  return new Promise((resolve) => {
+    const stop = () => {
+      process.off('SIGINT', stop);
+      process.off('SIGTERM', stop);
+      resolve();
+    };
+    process.on('SIGINT', stop);
+    process.on('SIGTERM', stop);
   });
 }
 

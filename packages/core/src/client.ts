@@ -11,6 +11,7 @@ import { ConfigError } from './errors.js';
 import type { ListRunsOptions } from './inspect.js';
 import * as inspect from './inspect.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES } from './json.js';
+import { type ListLimitsOptions, listLimits } from './list-limits.js';
 import { type Logger, stderrLogger } from './logger.js';
 import { migrateCore } from './migrate.js';
 import * as operator from './operator.js';
@@ -23,11 +24,10 @@ import type { SignalOptions, SignalResult } from './signals.js';
 import * as signals from './signals.js';
 import type { SubmittableWorkflow } from './submit.js';
 import * as submission from './submit.js';
-import type { WorkerInfo } from './workers.js';
-import * as workers from './workers.js';
 import type {
   DebouncedSubmitResult,
   DebounceOptions,
+  LimitInfo,
   RunInfo,
   RunSummary,
   SubmitManyResult,
@@ -35,6 +35,8 @@ import type {
   SubmitOptions,
   SubmitResult,
 } from './types.js';
+import type { WorkerInfo } from './workers.js';
+import * as workers from './workers.js';
 
 // The operations' option and result types, named where the public API has always found them.
 export type { ListRunsOptions } from './inspect.js';
@@ -44,7 +46,6 @@ export type {
   FinishedRunState,
 } from './retention.js';
 export type { ScheduleInfo, TriggerScheduleResult } from './schedules.js';
-export type { WorkerInfo } from './workers.js';
 export type {
   DebouncedSubmitResult,
   DebounceOptions,
@@ -53,6 +54,7 @@ export type {
   SubmitOptions,
   SubmitResult,
 } from './types.js';
+export type { WorkerInfo } from './workers.js';
 
 /** Options of `Client`. Give `connectionString` or `pool`. */
 export interface ClientOptions {
@@ -363,6 +365,18 @@ export class Client {
    */
   async listWorkers(): Promise<WorkerInfo[]> {
     return workers.listWorkers(this.db);
+  }
+
+  /**
+   * The concurrency and rate limits of the limited actions and their use (docs/flow-control.md):
+   * `[{ action, kind, key, limit, periodMs, held, waiting }]`, one row per limit without a key
+   * and one per key in use for a limit with a key. `held`: running steps (concurrency) or starts
+   * in the window ending now (rate); `waiting`: due steps not started, counted up to
+   * `LIST_LIMITS_CAP`. The limits are those of `options.workflows` when given, else those the
+   * workers recorded when they started (a process without the definitions, such as the CLI).
+   */
+  async listLimits(options: ListLimitsOptions = {}): Promise<LimitInfo[]> {
+    return listLimits(this.db, options.workflows);
   }
 
   /** Closes the pool if the client created it. Idempotent. */

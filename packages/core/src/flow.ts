@@ -11,13 +11,13 @@ import { LimitKeyError } from './errors.js';
 import { mapInput } from './execute-step.js';
 import { isStorableText } from './json.js';
 import { type ActionLimits, type LimitKey, MAX_LIMIT_KEY_BYTES } from './limits.js';
+import { recordedLimits } from './list-limits.js';
 import type { Logger } from './logger.js';
 import type { ClaimedStep } from './sql/claim.js';
 import {
   claimLimited,
   discardKeyStep,
   type LimitValues,
-  type RecordedLimit,
   type ResolvedKeys,
   recordLimits,
   selectKeysPending,
@@ -35,22 +35,6 @@ interface LimitedAction {
   readonly values: LimitValues;
   /** Its fairness key's limit per key, if any (the most candidates one key gives a claim). */
   readonly perKeyCap: number | undefined;
-}
-
-/** The limits of `limits` as stored in `cyclone_limits`. */
-export function recordedLimits(action: string, limits: ActionLimits): RecordedLimit[] {
-  const out: RecordedLimit[] = [];
-  const row = (
-    kind: 'concurrency' | 'rate',
-    keyed: boolean,
-    limit: number,
-    period: number | null,
-  ) => out.push({ action, kind, keyed, limit, period_ms: period });
-  if (limits.concurrency !== undefined) row('concurrency', false, limits.concurrency, null);
-  if (limits.keyedConcurrency) row('concurrency', true, limits.keyedConcurrency.limit, null);
-  if (limits.rate) row('rate', false, limits.rate.limit, limits.rate.periodMs);
-  if (limits.keyedRate) row('rate', true, limits.keyedRate.limit, limits.keyedRate.periodMs);
-  return out;
 }
 
 /** The limited actions among `workflows`' nodes, by action name (the first definition wins). */

@@ -48,6 +48,7 @@ export {
   InvalidSignalError,
   InvalidStateError,
   LeaseLostError,
+  LimitKeyError,
   MAX_DELAY_MS,
   NodeNotFoundError,
   NonRetryableError,
@@ -63,6 +64,15 @@ export {
   WorkflowDefinitionError,
 } from './errors.js';
 export { DEFAULT_MAX_PAYLOAD_BYTES } from './json.js';
+export {
+  type ActionLimits,
+  type ConcurrencyLimit,
+  type LimitKey,
+  MAX_LIMIT,
+  MAX_LIMIT_KEY_BYTES,
+  type RateLimit,
+} from './limits.js';
+export { LIST_LIMITS_CAP, type ListLimitsOptions } from './list-limits.js';
 export {
   consoleLogger,
   type Logger,
@@ -81,15 +91,18 @@ export {
 } from './schedule.js';
 export { MAX_SIGNAL_NAME_LENGTH } from './signal-name.js';
 export type { SignalOptions, SignalResult } from './signals.js';
-export type {
-  Json,
-  RunInfo,
-  RunState,
-  RunSummary,
-  StepError,
-  StepErrorKind,
-  StepInfo,
-  StepState,
-  Tx,
+export {
+  type Json,
+  type LimitInfo,
+  MAX_PRIORITY,
+  MIN_PRIORITY,
+  type RunInfo,
+  type RunState,
+  type RunSummary,
+  type StepError,
+  type StepErrorKind,
+  type StepInfo,
+  type StepState,
+  type Tx,
 } from './types.js';
 export { Worker, type WorkerOptions, type WorkerStats } from './worker.js';

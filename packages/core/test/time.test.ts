@@ -16,6 +16,7 @@ import {
   Worker,
   WorkflowDefinitionError,
 } from '../src/index.js';
+import { claimStepsSql } from '../src/sql/claim.js';
 import { createTestDb, type TestDb } from './support/db.js';
 
 let db: TestDb;
@@ -261,29 +262,41 @@ describe('bad times are refused before anything is written', () => {
 });
 
 describe('many future steps cost the claim nothing it reads', () => {
-  it('the claim plan stops at the due end of the claim index', async () => {
+  it('the claim plan stops at the due end of the claim index, at every priority', async () => {
+    // Future-dated steps at the default priority and at a higher one: the claim reads each
+    // priority from its due end, so neither is read.
     await client.submitMany(
       Delayed,
       Array.from({ length: 2_000 }, () => ({})),
       { delayMs: 3_600_000 },
     );
+    await client.submitMany(
+      Delayed,
+      Array.from({ length: 2_000 }, () => ({})),
+      { delayMs: 3_600_000, priority: 10 },
+    );
     const c = new pg.Client({ connectionString: db.url });
     await c.connect();
     try {
       await c.query('ANALYZE cyclone.cyclone_steps');
-      const { rows } = await c.query(
-        `EXPLAIN (ANALYZE, FORMAT JSON) SELECT run_id FROM cyclone.cyclone_steps
-         WHERE state IN ('available', 'retryable', 'scheduled') AND workflow = ANY($1::text[])
-           AND scheduled_at <= now() ORDER BY scheduled_at LIMIT 10`,
-        [['time_delayed']],
-      );
+      await c.query('BEGIN');
+      const { rows } = await c.query(`EXPLAIN (ANALYZE, FORMAT JSON) ${claimStepsSql('cyclone')}`, [
+        ['time_delayed'],
+        10,
+        'explain',
+        1000,
+        ['time_delayed/only'],
+      ]);
+      await c.query('ROLLBACK');
       const text = JSON.stringify(rows[0]);
       expect(text).toContain('cyclone_steps_claimable');
-      // Rows read from the index: the due end only, not the 2,000 future steps.
+      // Rows read from the index: the due end only, not the 4,000 future steps.
       const removed = [...text.matchAll(/"Rows Removed by Filter":\s*(\d+)/g)].map((m) =>
         Number(m[1]),
       );
       expect(Math.max(0, ...removed)).toBeLessThan(100);
+      const read = [...text.matchAll(/"Actual Rows":\s*(\d+)/g)].map((m) => Number(m[1]));
+      expect(Math.max(0, ...read)).toBeLessThan(100);
     } finally {
       await c.end();
     }

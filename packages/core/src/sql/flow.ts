@@ -44,16 +44,16 @@ export const lockActionSql = (_s: string) =>
  * NULL: `cursor` (the fairness key to start after next time) and `next_in_ms` (when a step held
  * back by a rate limit may start, ms from T; NULL when none was held back by one).
  */
-export const claimLimitedSql = (s: string) => claimLimitedFrom(s, true);
+export const claimLimitedSql = (s: string) => claimLimitedFrom(s, UPSTREAM);
 
 /**
  * The limited claim without the upstream outputs (`upstream` NULL for a step with ancestors, to
  * be loaded step by step): the fallback when one step's outputs are over PostgreSQL's limit for
  * one value, as for the plain claim (`claimStepsWithoutUpstreamSql`).
  */
-export const claimLimitedWithoutUpstreamSql = (s: string) => claimLimitedFrom(s, false);
+export const claimLimitedWithoutUpstreamSql = (s: string) => claimLimitedFrom(s, NO_UPSTREAM);
 
-const claimLimitedFrom = (s: string, withUpstream: boolean) => `
+const claimLimitedFrom = (s: string, upstream: typeof UPSTREAM | typeof NO_UPSTREAM) => `
 WITH RECURSIVE clock AS MATERIALIZED (SELECT clock_timestamp() AS t),
 ka(k, i) AS (
   (SELECT ${FAIR_KEY}, 1 FROM ${s}.cyclone_steps
@@ -191,13 +191,15 @@ meta AS (
 )
 SELECT u.run_id, u.node, u.workflow, u.action, u.attempt, u.max_attempts, u.snoozes,
   r.input AS run_input, r.traceparent,
-  ${withUpstream ? UPSTREAM(s) : `CASE WHEN cardinality(u.ancestors) = 0 THEN '{}'::jsonb END`}
-    AS upstream,
+  ${upstream(s)} AS upstream,
   NULL::text AS cursor, NULL::float8 AS next_in_ms
 FROM u JOIN ${s}.cyclone_runs r ON r.id = u.run_id
 UNION ALL
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, meta.cursor, meta.next_in_ms
 FROM meta`;
+
+/** No upstream outputs: `{}` for a root, NULL (loaded step by step) for a step with ancestors. */
+const NO_UPSTREAM = (_s: string) => `CASE WHEN cardinality(u.ancestors) = 0 THEN '{}'::jsonb END`;
 
 /** The outputs of the completed ancestors of claimed step `u`, by node name. */
 const UPSTREAM = (s: string) => `CASE WHEN cardinality(u.ancestors) = 0 THEN '{}'::jsonb ELSE
