@@ -84,6 +84,19 @@ export function formatDuration(ms: number | null | undefined): string {
   return `${h} h ${String(Math.floor((ms % 3_600_000) / 60_000)).padStart(2, '0')} min`;
 }
 
+/**
+ * How long a step took: the server's `durationMs` when it has one; for a step still running, the
+ * time since it started; else null (a failed step has no end to measure to).
+ */
+export function stepDuration(s: {
+  state: string;
+  startedAt: string | null;
+  durationMs: number | null;
+}): number | null {
+  if (s.durationMs != null) return s.durationMs;
+  return s.state === 'running' ? between(s.startedAt, null) : null;
+}
+
 /** Milliseconds between two ISO instants (end defaults to now); null without a start. */
 export function between(start: string | null, end: string | null): number | null {
   if (!start) return null;

@@ -17,12 +17,13 @@ import {
   type NodeProps,
   Position,
   ReactFlow,
+  type ReactFlowInstance,
 } from '@xyflow/react';
 import '@xyflow/react/dist/style.css';
-import { memo, useMemo } from 'react';
+import { memo, useEffect, useMemo, useRef, useState } from 'react';
 import type { StepSummary } from '../../../src/shared/api.ts';
 import { StateBadge } from '../components/common.tsx';
-import { between, formatDuration } from '../format.tsx';
+import { formatDuration, stepDuration } from '../format.tsx';
 
 const W = 220;
 const H = 92;
@@ -31,7 +32,7 @@ type StepNode = Node<{ step: StepSummary; selected: boolean }, 'step'>;
 
 function Detail({ step }: { step: StepSummary }) {
   if (step.state === 'pending') return <span>waiting for {step.depsRemaining} upstream</span>;
-  const d = between(step.startedAt, step.completedAt);
+  const d = stepDuration(step);
   return <span>{d == null ? '—' : formatDuration(d)}</span>;
 }
 
@@ -90,6 +91,7 @@ const StepCard = memo(function StepCard({ data }: NodeProps<StepNode>) {
 });
 
 const nodeTypes = { step: StepCard };
+const FIT = { padding: 0.15, maxZoom: 1.2 };
 
 /** Positions (top-left corners) of the nodes, by dagre. */
 function place(steps: StepSummary[]): Map<string, { x: number; y: number }> {
@@ -122,6 +124,20 @@ export default function Dag({
   const shape = steps.map((s) => `${s.node}<${s.upstream.join(',')}`).join('|');
   // biome-ignore lint/correctness/useExhaustiveDependencies: keyed by the shape on purpose
   const positions = useMemo(() => place(steps), [shape]);
+  const box = useRef<HTMLDivElement>(null);
+  const [flow, setFlow] = useState<ReactFlowInstance<StepNode, Edge> | null>(null);
+
+  // Fit again when the box changes size (the node panel opening beside it) or the shape changes.
+  // biome-ignore lint/correctness/useExhaustiveDependencies: refit on a new shape too
+  useEffect(() => {
+    const el = box.current;
+    if (!el || !flow) return;
+    const fit = () => void flow.fitView(FIT);
+    fit();
+    const ro = new ResizeObserver(fit);
+    ro.observe(el);
+    return () => ro.disconnect();
+  }, [flow, shape]);
 
   const nodes: StepNode[] = steps.map((s) => ({
     id: s.node,
@@ -147,14 +163,15 @@ export default function Dag({
   );
 
   return (
-    <div className="dag" data-testid="dag">
+    <div className="dag" data-testid="dag" ref={box}>
       <ReactFlow
         nodes={nodes}
         edges={edges}
         nodeTypes={nodeTypes}
         onNodeClick={(_e, n) => onSelect(n.id)}
+        onInit={setFlow}
         fitView
-        fitViewOptions={{ padding: 0.15, maxZoom: 1.2 }}
+        fitViewOptions={FIT}
         minZoom={0.1}
         nodesDraggable={false}
         nodesConnectable={false}

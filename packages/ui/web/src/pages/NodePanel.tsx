@@ -16,7 +16,7 @@ import type {
 import { apiUrl, get, post, seg } from '../api.ts';
 import { ConfirmDialog, ErrorBox, Notice, StateBadge } from '../components/common.tsx';
 import { PayloadView } from '../components/payload.tsx';
-import { between, formatDuration, Time } from '../format.tsx';
+import { formatDuration, stepDuration, Time } from '../format.tsx';
 import { useMeta } from '../meta.ts';
 
 function Field({ label, children }: { label: string; children: ReactNode }) {
@@ -164,9 +164,7 @@ export function NodePanel({
             <Field label="Completed">
               <Time iso={s.completedAt} />
             </Field>
-            <Field label="Duration">
-              {formatDuration(s.durationMs ?? between(s.startedAt, s.completedAt))}
-            </Field>
+            <Field label="Duration">{formatDuration(stepDuration(s))}</Field>
             <Field label="Lease">
               {s.leaseOwner ? (
                 <>

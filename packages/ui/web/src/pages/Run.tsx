@@ -15,7 +15,7 @@ import type {
 import { apiUrl, get, post, seg } from '../api.ts';
 import { ConfirmDialog, ErrorBox, Notice, PageHeader, StateBadge } from '../components/common.tsx';
 import { PayloadView } from '../components/payload.tsx';
-import { between, formatDuration, Time } from '../format.tsx';
+import { between, formatDuration, stepDuration, Time } from '../format.tsx';
 import { useMeta } from '../meta.ts';
 import { usePoll } from '../settings.tsx';
 import { NodePanel } from './NodePanel.tsx';
@@ -78,9 +78,7 @@ function StepList({
             <td>
               <Time iso={s.startedAt} />
             </td>
-            <td className="num">
-              {formatDuration(s.durationMs ?? between(s.startedAt, s.completedAt))}
-            </td>
+            <td className="num">{formatDuration(stepDuration(s))}</td>
             <td className="ellipsis" title={s.lastError ?? ''}>
               {s.lastError ?? <span className="muted">—</span>}
             </td>
