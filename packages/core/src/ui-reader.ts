@@ -240,8 +240,8 @@ export interface UiHealth {
   expiredLeases: CappedCount;
   retrying: CappedCount;
   /**
-   * Per workflow and action, among the first `countCap` due steps (oldest first): the oldest due
-   * step's due time and lag, and how many are due. Oldest first.
+   * Per workflow and action, among the first `countCap` claimable steps of each flow (earliest
+   * first): the oldest due step's due time and lag, and how many are due. Oldest first.
    */
   oldestDueByAction: {
     workflow: string;
@@ -447,9 +447,9 @@ export function uiReads(
             estimatedTotal: Math.round(r.runs_estimate ?? 0),
           },
           steps: {
-            ready: capped(r.steps_ready),
-            retrying: capped(r.steps_retrying),
-            scheduled: capped(r.steps_scheduled),
+            ready: claimableCount(r.steps_ready, r.claimable_capped),
+            retrying: claimableCount(r.steps_retrying, r.claimable_capped),
+            scheduled: claimableCount(r.steps_scheduled, r.claimable_capped),
             running: capped(r.steps_running),
             queueLagMs: Math.max(0, r.queue_lag_ms),
             expiredLeases: capped(r.leases_expired),
@@ -638,7 +638,7 @@ export function uiReads(
             expired: o.expired,
           })),
           expiredLeases: capped(r.leases_expired),
-          retrying: capped(r.steps_retrying),
+          retrying: claimableCount(r.steps_retrying, r.claimable_capped),
           oldestDueByAction: (
             JSON.parse(r.due_by_action) as {
               workflow: string;
@@ -662,6 +662,11 @@ export function uiReads(
         (await registrySql.listWorkers(c, db, WORKER_ALIVE_WITHIN_MS)).map(workerRow),
       ),
   };
+}
+
+/** A count of claimable steps: read among the first `cap` of each flow, so "at least" when one was full. */
+function claimableCount(n: number, full: boolean): CappedCount {
+  return { count: n, capped: full };
 }
 
 /** A Date, or a timestamp as PostgreSQL writes it in JSON, as an ISO-8601 UTC string. */

@@ -34,12 +34,38 @@ const STATE_CLAUSE: Record<RunStateFilter, string> = {
 };
 
 /**
+ * The claimable steps the overview and health pages count, as a CTE `claimable` (state,
+ * scheduled_at, workflow, action, flow): the earliest $1 of each flow (migration 10 keeps one
+ * partial index per flow: unlimited, keys to resolve, limited), each read through its own index
+ * (the `flow = n` literal lets the planner see which), so the read is bounded by the backlog and
+ * by $1, never by the history. A flow with $1 rows in it may have more (`claimable_full`).
+ */
+const claimableCte = (s: string) => `claimable AS MATERIALIZED (
+  (SELECT state, scheduled_at, workflow, action, flow FROM ${s}.cyclone_steps
+   WHERE state IN ('available', 'retryable', 'scheduled') AND flow = 0
+   ORDER BY scheduled_at LIMIT $1)
+  UNION ALL
+  (SELECT state, scheduled_at, workflow, action, flow FROM ${s}.cyclone_steps
+   WHERE state IN ('available', 'retryable', 'scheduled') AND flow = 1
+   ORDER BY scheduled_at LIMIT $1)
+  UNION ALL
+  (SELECT state, scheduled_at, workflow, action, flow FROM ${s}.cyclone_steps
+   WHERE state IN ('available', 'retryable', 'scheduled') AND flow = 2
+   ORDER BY scheduled_at LIMIT $1)
+), claimable_full AS (
+  SELECT coalesce(bool_or(n >= $1), false) AS is_full
+  FROM (SELECT count(*) AS n FROM claimable GROUP BY flow) f
+)`;
+
+/**
  * The overview, in one statement: capped counts ($1 the cap) of running and failed runs (all,
- * and created in the last 24 h), of ready, retrying, scheduled and running steps and of expired
- * leases; the oldest due step's age (ms); the planner's estimate of all runs; the workers seen
- * within $2 ms.
+ * and created in the last 24 h); of ready (due), retrying and scheduled (not yet due) steps
+ * from `claimable`, with `claimable_capped` when some flow had $1 or more; of running steps and
+ * expired leases (the lease index); the oldest due step's age (ms); the planner's estimate of all
+ * runs; the workers seen within $2 ms.
  */
 export const overviewSql = (s: string) => `
+WITH ${claimableCte(s)}
 SELECT (SELECT count(*)::int FROM (SELECT 1 FROM ${s}.cyclone_runs
           WHERE state = 'running' LIMIT $1) c) AS runs_running,
        (SELECT count(*)::int FROM (SELECT 1 FROM ${s}.cyclone_runs
@@ -49,24 +75,17 @@ SELECT (SELECT count(*)::int FROM (SELECT 1 FROM ${s}.cyclone_runs
          AS runs_failed_24h,
        (SELECT greatest(reltuples, 0)::float8 FROM pg_class
          WHERE oid = '${s}.cyclone_runs'::regclass) AS runs_estimate,
-       (SELECT count(*)::int FROM (SELECT 1 FROM ${s}.cyclone_steps
-          WHERE state IN ('available', 'retryable', 'scheduled') AND scheduled_at <= now()
-          ORDER BY scheduled_at LIMIT $1) c) AS steps_ready,
-       (SELECT count(*)::int FROM (SELECT 1 FROM ${s}.cyclone_steps
-          WHERE state IN ('available', 'retryable', 'scheduled') AND state = 'retryable'
-          LIMIT $1) c) AS steps_retrying,
-       (SELECT count(*)::int FROM (SELECT 1 FROM ${s}.cyclone_steps
-          WHERE state IN ('available', 'retryable', 'scheduled') AND scheduled_at > now()
-          ORDER BY scheduled_at LIMIT $1) c) AS steps_scheduled,
+       (SELECT count(*)::int FROM claimable WHERE scheduled_at <= now()) AS steps_ready,
+       (SELECT count(*)::int FROM claimable WHERE state = 'retryable') AS steps_retrying,
+       (SELECT count(*)::int FROM claimable WHERE scheduled_at > now()) AS steps_scheduled,
+       (SELECT is_full FROM claimable_full) AS claimable_capped,
        (SELECT count(*)::int FROM (SELECT 1 FROM ${s}.cyclone_steps
           WHERE lease_expires_at IS NOT NULL AND state = 'running' LIMIT $1) c) AS steps_running,
        (SELECT count(*)::int FROM (SELECT 1 FROM ${s}.cyclone_steps
           WHERE lease_expires_at IS NOT NULL AND lease_expires_at < now() LIMIT $1) c)
          AS leases_expired,
-       coalesce((SELECT (extract(epoch FROM (now() - scheduled_at)) * 1000)::float8
-                 FROM ${s}.cyclone_steps
-                 WHERE state IN ('available', 'retryable', 'scheduled') AND scheduled_at <= now()
-                 ORDER BY scheduled_at LIMIT 1), 0) AS queue_lag_ms,
+       coalesce((SELECT (extract(epoch FROM (now() - min(scheduled_at))) * 1000)::float8
+                 FROM claimable WHERE scheduled_at <= now()), 0) AS queue_lag_ms,
        (SELECT count(*)::int FROM ${s}.cyclone_workers
          WHERE last_seen_at >= now() - $2::float8 * interval '1 millisecond') AS workers_alive,
        to_json(now()) #>> '{}' AS at`;
@@ -235,23 +254,21 @@ FROM ${s}.cyclone_steps WHERE lease_expires_at IS NOT NULL
 GROUP BY lease_owner ORDER BY lease_owner`;
 
 /**
- * Health counts: expired leases not yet swept and retrying steps (each up to $1), and, among the
- * first $1 due steps (the claim index in scheduled_at order), the oldest due step and the number
- * due per workflow and action.
+ * Health counts: expired leases not yet swept (up to $1, by the lease index), and from
+ * `claimable` the retrying steps and, per workflow and action, the due steps, the oldest one's
+ * due time and lag; `claimable_capped` as in the overview.
  */
 export const healthSql = (s: string) => `
+WITH ${claimableCte(s)}
 SELECT (SELECT count(*)::int FROM (SELECT 1 FROM ${s}.cyclone_steps
           WHERE lease_expires_at IS NOT NULL AND lease_expires_at < now() LIMIT $1) c)
          AS leases_expired,
-       (SELECT count(*)::int FROM (SELECT 1 FROM ${s}.cyclone_steps
-          WHERE state IN ('available', 'retryable', 'scheduled') AND state = 'retryable'
-          LIMIT $1) c) AS steps_retrying,
+       (SELECT count(*)::int FROM claimable WHERE state = 'retryable') AS steps_retrying,
+       (SELECT is_full FROM claimable_full) AS claimable_capped,
        (SELECT coalesce(json_agg(d ORDER BY d.oldest), '[]')::text FROM (
           SELECT workflow, action, min(scheduled_at) AS oldest, count(*)::int AS due,
                  (extract(epoch FROM (now() - min(scheduled_at))) * 1000)::float8 AS lag_ms
-          FROM (SELECT workflow, action, scheduled_at FROM ${s}.cyclone_steps
-                WHERE state IN ('available', 'retryable', 'scheduled') AND scheduled_at <= now()
-                ORDER BY scheduled_at LIMIT $1) due
+          FROM claimable WHERE scheduled_at <= now()
           GROUP BY workflow, action) d) AS due_by_action,
        to_json(now()) #>> '{}' AS at`;
 
