@@ -11,13 +11,16 @@
  *   fault: the effect then a dropped connection, a 5xx (with or without the effect), a 429, or
  *   an answer slower than the client's timeout (the effect happens);
  * - `stall`: a worker's event loop is blocked for the lease + 2 s (busy loop): it is alive, but
- *   its leases expire, its steps run elsewhere, and its late completions must be fenced out.
+ *   its leases expire, its steps run elsewhere, and its late completions must be fenced out;
+ * - `failover`: the primary killed, the synchronous standby promoted, the address moved to it
+ *   (failover.ts); at most once per `failoverEveryMs`, and only with a standby in sync.
  *
  * The kinds are first taken in a shuffled round, and the 12 provider × fault pairs likewise, so
  * that even a short soak injects every kind; after that, at random.
  */
 import type pg from 'pg';
 import type { SoakDatabase } from './database.js';
+import { injectFailover, isReplicated } from './failover.js';
 import { type Fakes, PROVIDER_FAULTS, type ProviderFault } from './fakes.js';
 import type { Fleet } from './fleet.js';
 import type { Journal, Orphan } from './journal.js';
@@ -31,6 +34,7 @@ export interface ChaosOptions {
   durationMs: number;
   faultEveryMs: number;
   pgRestartEveryMs: number;
+  failoverEveryMs: number;
   leaseMs: number;
   providerTimeoutMs: number;
 }
@@ -47,6 +51,7 @@ export class Chaos {
   /** Slots stalled right now (never killed or stalled again meanwhile). */
   private readonly stalled = new Set<number>();
   private readonly restarts = new Set<Promise<unknown>>();
+  private lastFailover = 0;
 
   constructor(
     private readonly db: SoakDatabase,
@@ -63,6 +68,9 @@ export class Chaos {
     // The first restart is due at half the interval, or 40 % into the fault phase if sooner.
     const firstDue = Math.min(this.options.pgRestartEveryMs / 2, this.options.durationMs * 0.4);
     this.lastRestart = Date.now() - this.options.pgRestartEveryMs + firstDue;
+    // The first failover at half its interval, or 60 % into the fault phase if sooner.
+    const failoverDue = Math.min(this.options.failoverEveryMs / 2, this.options.durationMs * 0.6);
+    this.lastFailover = Date.now() - this.options.failoverEveryMs + failoverDue;
     this.loop = this.run();
   }
 
@@ -86,7 +94,13 @@ export class Chaos {
 
   private nextKind(): FaultKind | undefined {
     const restartDue = Date.now() - this.lastRestart >= this.options.pgRestartEveryMs;
-    const usable = this.options.kinds.filter((k) => k !== 'pg-restart' || restartDue);
+    // A restart waits while the replicated pair fails over or rebuilds its standby.
+    const pairQuiet = !isReplicated(this.db) || this.db.quiet;
+    const usable = this.options.kinds.filter(
+      (k) =>
+        (k !== 'pg-restart' || (restartDue && pairQuiet)) &&
+        (k !== 'failover' || this.failoverDue()),
+    );
     if (usable.length === 0) return undefined;
     if (this.round.length === 0) this.round = this.prng.shuffle(this.options.kinds);
     // The round's next kind that can happen now; a restart not yet due waits for its time.
@@ -108,7 +122,34 @@ export class Chaos {
         return this.providerFault();
       case 'stall':
         return this.stall();
+      case 'failover':
+        return this.failover();
     }
+  }
+
+  private failoverDue(): boolean {
+    return (
+      isReplicated(this.db) &&
+      this.db.canFailOver &&
+      Date.now() - this.lastFailover >= this.options.failoverEveryMs
+    );
+  }
+
+  /** Starts a failover, which goes on in the background while other faults come. */
+  private failover(): boolean {
+    if (!isReplicated(this.db) || !this.db.canFailOver) return false;
+    this.lastFailover = Date.now();
+    const track = (p: Promise<unknown>) => {
+      this.restarts.add(p);
+      void p.finally(() => this.restarts.delete(p));
+    };
+    const ctx = { db: this.db, admin: this.admin, journal: this.journal, prng: this.prng, track };
+    track(
+      injectFailover(ctx).catch((err) =>
+        process.stderr.write(`soak: fault failover failed: ${String(err)}\n`),
+      ),
+    );
+    return true;
   }
 
   private pickWorker(): { slot: number; workerId: string } | undefined {

@@ -17,6 +17,7 @@
  * - no worker process died on its own, no provider secret is stored or logged, and every
  *   enabled fault kind was injected at least once.
  */
+import { type FailoverSummary, slowFailovers, summarizeFailovers } from './failover-check.js';
 import type { Snapshot, StepRow } from './snapshot.js';
 import { PROVIDER_NODES, type Provider } from './workload.js';
 
@@ -81,6 +82,7 @@ export interface Report {
     pgRestarts: { fast: number; immediate: number; maxDownMs: number };
     kills: number;
     stalls: number;
+    failovers: FailoverSummary;
   };
   recovery: {
     afterKill: Percentiles & { orphans: number; committedByDeadWorker: number; neverRerun: number };
@@ -354,6 +356,15 @@ export function check(s: Snapshot): Report {
       kill.times.filter((t) => t > s.options.maxRecoveryMs),
       `max ${killP.max ?? '-'} ms`,
     ),
+    ...(s.options.faults.includes('failover')
+      ? [
+          inv(
+            `every failover recovered (a step completed on the new primary) within ${s.options.maxRecoveryMs} ms`,
+            slowFailovers(s.faults, s.options.maxRecoveryMs),
+            `max ${summarizeFailovers(s.faults).recovery.max ?? '-'} ms`,
+          ),
+        ]
+      : []),
     inv(
       'no worker process exited on its own',
       s.unexpectedExits,
@@ -428,6 +439,7 @@ export function check(s: Snapshot): Report {
       pgRestarts: restarts,
       kills: byKind.kill ?? 0,
       stalls: byKind.stall ?? 0,
+      failovers: summarizeFailovers(s.faults),
     },
     recovery: {
       afterKill: {

@@ -27,7 +27,25 @@ export type FaultRecord =
       times: number;
       hits: () => number;
     }
-  | { kind: 'stall'; at: number; slot: number; workerId: string; ms: number; orphans: number };
+  | { kind: 'stall'; at: number; slot: number; workerId: string; ms: number; orphans: number }
+  | {
+      kind: 'failover';
+      /** When the primary was killed. */
+      at: number;
+      /** The old primary and the promoted standby (node names). */
+      from: string;
+      to: string;
+      /** The wait before the promotion, standing for an HA manager's detection. */
+      detectionMs: number;
+      /** Kill → the address on the new primary. */
+      downMs: number;
+      /** Steps running at the kill (-1: could not be read). */
+      held: number;
+      /** Kill → the first step completed on the new primary; null until seen. */
+      recoveryMs: number | null;
+      /** How long building the new synchronous standby took; null until done. */
+      standbyMs: number | null;
+    };
 
 /** A step a worker held (running, leased to it) when it was killed or stalled. */
 export interface Orphan {

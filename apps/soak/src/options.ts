@@ -3,9 +3,17 @@
  * is seconds).
  */
 import { parseArgs } from 'node:util';
+import { failoverUnavailable } from './failover.js';
 
 /** The fault kinds (`--faults`). */
-export const FAULT_KINDS = ['kill', 'terminate', 'pg-restart', 'provider', 'stall'] as const;
+export const FAULT_KINDS = [
+  'kill',
+  'terminate',
+  'pg-restart',
+  'provider',
+  'stall',
+  'failover',
+] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
 
 export interface SoakOptions {
@@ -25,6 +33,10 @@ export interface SoakOptions {
   faultEveryMs: number;
   /** Least time between two PostgreSQL restarts (ms). */
   pgRestartEveryMs: number;
+  /** Least time between two failovers (ms). */
+  failoverEveryMs: number;
+  /** Fault kinds of `all` left out here, and why. */
+  notes: string[];
   /** Longest wait, after the last submission, for every run to end (ms). */
   settleMs: number;
   /** Lease of a claimed step (ms); the heartbeat runs every lease/3. */
@@ -62,6 +74,7 @@ Options:
   --faults <list>         comma-separated: ${FAULT_KINDS.join(', ')}; or all (default), none
   --fault-every <d>       mean time between faults (default 3s)
   --pg-restart-every <d>  least time between PostgreSQL restarts (default 60s)
+  --failover-every <d>    least time between failovers to the standby (default 60s)
   --settle <d>            longest wait for the last runs after the fault phase (default 90s)
   --lease <d>             step lease (default 3s)
   --sweep <d>             recovery sweep interval (default 1s)
@@ -111,6 +124,7 @@ export function parseOptions(argv: string[]): SoakOptions | 'help' {
         faults: { type: 'string' },
         'fault-every': { type: 'string' },
         'pg-restart-every': { type: 'string' },
+        'failover-every': { type: 'string' },
         settle: { type: 'string' },
         lease: { type: 'string' },
         sweep: { type: 'string' },
@@ -165,6 +179,8 @@ export function parseOptions(argv: string[]): SoakOptions | 'help' {
     // Never restart a server the soak did not start.
     faults = faults.filter((k) => k !== 'pg-restart');
   }
+  const notes: string[] = [];
+  faults = failoverFaults(faults, databaseUrl, f === undefined || f === 'all', notes);
   return {
     durationMs,
     runs,
@@ -174,6 +190,8 @@ export function parseOptions(argv: string[]): SoakOptions | 'help' {
     faults,
     faultEveryMs: dur('fault-every', 3_000),
     pgRestartEveryMs: dur('pg-restart-every', 60_000),
+    failoverEveryMs: dur('failover-every', 60_000),
+    notes,
     settleMs: dur('settle', 90_000),
     leaseMs,
     sweepMs: dur('sweep', 1_000),
@@ -187,4 +205,27 @@ export function parseOptions(argv: string[]): SoakOptions | 'help' {
     maxRecoveryMs: dur('max-recovery', 30_000),
     json: values.json === true,
   };
+}
+
+/**
+ * `faults` with `failover` kept only where it can run: never on a server of the caller's (it is
+ * never failed over), and only with PostgreSQL's server binaries (pg_basebackup) at hand. Left
+ * out of `all` with a note; named explicitly, its absence is a usage error.
+ * @throws UsageError when `failover` was asked for by name and cannot run.
+ */
+function failoverFaults(
+  faults: FaultKind[],
+  databaseUrl: string | undefined,
+  fromAll: boolean,
+  notes: string[],
+): FaultKind[] {
+  if (!faults.includes('failover')) return faults;
+  const why =
+    databaseUrl !== undefined
+      ? 'the soak never fails over a server it did not start (--database-url)'
+      : failoverUnavailable();
+  if (why === undefined) return faults;
+  if (!fromAll) throw new UsageError(`--faults failover: ${why}`);
+  notes.push(`failover left out: ${why}`);
+  return faults.filter((k) => k !== 'failover');
 }

@@ -76,6 +76,7 @@ export function formatReport(r: Report): string {
           `${f.pgRestarts.fast} / ${f.pgRestarts.immediate}, ${ms(f.pgRestarts.maxDownMs)}`,
         ],
         ['worker event loop blocked past its lease', f.stalls],
+        ...failoverRows(r),
         ...Object.entries(f.provider)
           .sort()
           .map(([k, v]) => [`provider ${k} (queued / hit)`, `${v.injected} / ${v.hits}`]),
@@ -140,4 +141,24 @@ export function formatReport(r: Report): string {
   out.push('');
   out.push(r.ok ? 'SOAK PASSED' : 'SOAK FAILED');
   return out.join('\n');
+}
+
+/** The failover rows of the faults table (none when the kind was off). */
+function failoverRows(r: Report): (string | number)[][] {
+  if (!r.config.faults.includes('failover')) return [];
+  const fo = r.faults.failovers;
+  return [
+    [
+      'failover to the sync standby (kill → address moved, max)',
+      `${fo.count}, ${ms(fo.maxDownMs)}`,
+    ],
+    [
+      '  recovery: kill → a step completed (p50 / max)',
+      `${ms(fo.recovery.p50)} / ${ms(fo.recovery.max)}`,
+    ],
+    [
+      '  steps running at the kills; new standby built (max)',
+      `${fo.heldSteps}; ${ms(fo.maxStandbyMs)}`,
+    ],
+  ];
 }

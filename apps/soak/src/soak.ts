@@ -15,6 +15,7 @@ import pg from 'pg';
 import { Chaos } from './chaos.js';
 import { check, type Report } from './checker.js';
 import { openDatabase } from './database.js';
+import { isReplicated, openReplicatedDatabase } from './failover.js';
 import { type Fakes, startFakes } from './fakes.js';
 import { Fleet } from './fleet.js';
 import { Journal } from './journal.js';
@@ -44,12 +45,18 @@ export async function runSoak(
   const outDir = resolve(options.outDir ?? resolve('.cyclone/soak', stamp));
   await mkdir(outDir, { recursive: true });
 
-  const db = await openDatabase(options.databaseUrl);
+  for (const note of options.notes) log(`soak: ${note}`);
+  const db = options.faults.includes('failover')
+    ? await openReplicatedDatabase(log)
+    : await openDatabase(options.databaseUrl);
   log(
-    db.owned
-      ? `soak: dedicated embedded PostgreSQL at ${db.dataDir} (${new URL(db.url).port})`
-      : 'soak: on the given database (no PostgreSQL restarts)',
+    isReplicated(db)
+      ? `soak: ${db.description}`
+      : db.owned
+        ? `soak: dedicated embedded PostgreSQL at ${db.dataDir} (${new URL(db.url).port})`
+        : 'soak: on the given database (no PostgreSQL restarts)',
   );
+
   const cleanups: (() => Promise<unknown>)[] = [() => db.close(options.keep)];
   let fleet: Fleet | undefined;
   const onExit = () => fleet?.killAll();
@@ -136,6 +143,7 @@ export async function runSoak(
       durationMs: options.durationMs,
       faultEveryMs: options.faultEveryMs,
       pgRestartEveryMs: options.pgRestartEveryMs,
+      failoverEveryMs: options.failoverEveryMs,
       leaseMs: options.leaseMs,
       providerTimeoutMs: PROVIDER_TIMEOUT_MS,
     });

@@ -171,6 +171,47 @@ describe('the invariant checker', () => {
   });
 });
 
+describe('failovers in the report', () => {
+  const failover = (recoveryMs: number | null) => ({
+    kind: 'failover' as const,
+    at: 5_000,
+    from: 'node1',
+    to: 'node2',
+    detectionMs: 1_000,
+    downMs: 2_100,
+    held: 4,
+    recoveryMs,
+    standbyMs: 6_000,
+  });
+  const withFailover = (recoveryMs: number | null) => {
+    const s = clean();
+    const o = parseOptions(['--duration', '10s', '--seed', '1', '--faults', 'kill']);
+    if (o === 'help') throw new Error('unreachable');
+    s.options = { ...o, faults: ['kill', 'failover'] };
+    s.faults = [...s.faults, failover(recoveryMs)];
+    return s;
+  };
+
+  it('counts them with their times; one that recovered passes', () => {
+    const r = check(withFailover(3_500));
+    expect(r.ok).toBe(true);
+    expect(r.faults.failovers).toMatchObject({
+      count: 1,
+      heldSteps: 4,
+      maxDownMs: 2_100,
+      recovery: { p50: 3_500, max: 3_500 },
+      unrecovered: 0,
+      maxStandbyMs: 6_000,
+    });
+  });
+
+  it('one after which no step completed, or only after --max-recovery, fails', () => {
+    const name = 'every failover recovered (a step completed on the new primary) within 30000 ms';
+    expect(failed(withFailover(null))).toEqual([name]);
+    expect(failed(withFailover(31_000))).toEqual([name]);
+  });
+});
+
 describe('soak options', () => {
   it('durations, fault lists and defaults', () => {
     expect(parseDuration('d', '90s')).toBe(90_000);
@@ -193,6 +234,7 @@ describe('soak options', () => {
     [['--rate', 'fast'], /--rate: expected a number/],
     [['--frobnicate'], /Unknown option '--frobnicate'/],
     [['extra'], /Unexpected argument 'extra'/],
+    [['--faults', 'failover', '--database-url', 'postgres://x@h/db'], /never fails over a server/],
   ])('refuses %j', (argv, message) => {
     expect(() => parseOptions(argv)).toThrow(UsageError);
     expect(() => parseOptions(argv)).toThrow(message);
