@@ -3,22 +3,37 @@ import { defineStatement, type Queryable, type SqlScope, send } from './statemen
 
 /**
  * The ready steps (claimable and due, of every workflow), counted up to $1, and how long the
- * oldest of them has been due (ms, 0 when none is). Both go by the claim index in scheduled_at
- * order (the ORDER BY keeps the planner there: a sequential scan would read every finished row
- * when few are ready): the count reads at most $1 entries, the age one, however long the
- * backlog and the history are.
+ * oldest of them has been due (ms, 0 when none is). Steps of actions without limits go by the
+ * claim index, each priority present (the claim's loose scan) read from its due end; steps whose
+ * limit keys are to be resolved by their own index in scheduled_at order. Steps held back by a
+ * limit are not counted here (`listLimits` shows them). Each read stops after $1 entries (the
+ * count) or one (the age), however long the backlog and the history are.
  */
 export const queueStatsSql = (s: string) => `
-SELECT (SELECT count(*)::int FROM (
-          SELECT 1 FROM ${s}.cyclone_steps
-          WHERE state IN ('available', 'retryable', 'scheduled') AND scheduled_at <= now()
-          ORDER BY scheduled_at
-          LIMIT $1) capped) AS ready,
-       coalesce((SELECT (extract(epoch FROM (now() - scheduled_at)) * 1000)::float8
-                 FROM ${s}.cyclone_steps
-                 WHERE state IN ('available', 'retryable', 'scheduled') AND scheduled_at <= now()
-                 ORDER BY scheduled_at
-                 LIMIT 1), 0) AS max_age_ms`;
+WITH RECURSIVE p AS (
+  (SELECT priority FROM ${s}.cyclone_steps
+   WHERE state IN ('available', 'retryable', 'scheduled') AND flow = 0
+   ORDER BY priority DESC LIMIT 1)
+  UNION ALL
+  SELECT (SELECT t.priority FROM ${s}.cyclone_steps t
+          WHERE t.state IN ('available', 'retryable', 'scheduled') AND t.flow = 0
+            AND t.priority < p.priority
+          ORDER BY t.priority DESC LIMIT 1)
+  FROM p WHERE p.priority IS NOT NULL
+), due AS (
+  SELECT x.scheduled_at FROM p CROSS JOIN LATERAL (
+    SELECT scheduled_at FROM ${s}.cyclone_steps
+    WHERE state IN ('available', 'retryable', 'scheduled') AND flow = 0
+      AND priority = p.priority AND scheduled_at <= now()
+    ORDER BY scheduled_at LIMIT $1) x
+  UNION ALL
+  (SELECT scheduled_at FROM ${s}.cyclone_steps
+   WHERE state IN ('available', 'retryable', 'scheduled') AND flow = 1 AND scheduled_at <= now()
+   ORDER BY scheduled_at LIMIT $1)
+)
+SELECT least($1::int, (SELECT count(*) FROM due))::int AS ready,
+       coalesce((SELECT (extract(epoch FROM (now() - min(scheduled_at))) * 1000)::float8
+                 FROM due), 0) AS max_age_ms`;
 
 /** The queue as the metrics see it. */
 export interface QueueStats {
