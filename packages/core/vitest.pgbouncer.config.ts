@@ -12,6 +12,7 @@ export default pgbouncerProject(
     'test/submit-once.serialization.test.ts',
     'test/completion-tx.blocked.test.ts',
     'test/stop.stuck-claim.test.ts',
+    'test/partition.commit-gap.test.ts',
   ],
   { testTimeout: 60_000, hookTimeout: 60_000 },
 );

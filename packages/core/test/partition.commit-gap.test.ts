@@ -3,8 +3,11 @@
  * `completionTx`: the step's row is locked by a session that sits idle in transaction while its
  * TCP peer (here a black-holing proxy) stays alive. The server must end that session within the
  * lease, so that the recovery sweep, which skips locked rows, can take the step over: the step
- * runs again elsewhere and its business row is written exactly once.
+ * runs again elsewhere and its business row is written exactly once. Run directly and through
+ * PgBouncer (vitest.pgbouncer.config.ts), where the limit must come from the transaction itself:
+ * a session setting cannot follow a transaction-pooled connection.
  */
+import { engineClientOptions, engineUrl } from '@cyclone/testkit';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { Client, newAction, newWorkflow, Worker } from '../src/index.js';
 import { BlackholeProxy } from './support/blackhole-proxy.js';
@@ -16,7 +19,7 @@ const cleanup: (() => Promise<unknown>)[] = [];
 
 beforeAll(async () => {
   db = await createTestDb();
-  const u = new URL(db.url);
+  const u = new URL(engineUrl(db.url));
   proxy = await BlackholeProxy.start({ host: u.hostname, port: Number(u.port || 5432) });
 });
 
@@ -47,7 +50,11 @@ it('a partition between the completion and its COMMIT never leaves the step stuc
   });
   const Flow = newWorkflow('gap_flow', { nodes: { only: { action: Write } } });
 
-  const victimClient = new Client({ connectionString: proxy.urlThrough(db.url), poolSize: 2 });
+  const victimClient = new Client({
+    connectionString: proxy.urlThrough(engineUrl(db.url)),
+    poolSize: 2,
+    ...engineClientOptions,
+  });
   const victim = new Worker({
     client: victimClient,
     workflows: [Flow],
