@@ -124,5 +124,8 @@ export function formatCount(c: Count | null | undefined): string {
 /** A plain number with grouping. */
 export const formatNumber = (n: number): string => num.format(n);
 
-/** The first 8 characters of a uuid, for tables (the full id is in the link and tooltip). */
-export const shortId = (id: string): string => id.slice(0, 8);
+/**
+ * A run id shortened for tables: its last 12 characters (ids are time-ordered, so their first
+ * characters are the same for runs made close together); the full id is in the link and tooltip.
+ */
+export const shortId = (id: string): string => (id.length > 13 ? `…${id.slice(-12)}` : id);

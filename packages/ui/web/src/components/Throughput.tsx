@@ -39,8 +39,15 @@ export function ThroughputChart({ data }: { data: ThroughputResponse }) {
           stroke: cssVar('--ok'),
           fill: `${cssVar('--ok')}33`,
           width: 2,
+          points: { show: false },
         },
-        { label: 'failed', stroke: cssVar('--bad'), fill: `${cssVar('--bad')}33`, width: 2 },
+        {
+          label: 'failed',
+          stroke: cssVar('--bad'),
+          fill: `${cssVar('--bad')}33`,
+          width: 2,
+          points: { show: false },
+        },
       ],
     };
     plot.current?.destroy();

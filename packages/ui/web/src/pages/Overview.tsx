@@ -121,7 +121,7 @@ export function Overview() {
         <Stat
           testid="total"
           label="runs in total (estimate)"
-          value={o ? `~${formatNumber(o.runs.estimatedTotal)}` : '—'}
+          value={o && o.runs.estimatedTotal > 0 ? `~${formatNumber(o.runs.estimatedTotal)}` : '—'}
         />
       </div>
 

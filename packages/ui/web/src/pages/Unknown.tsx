@@ -58,7 +58,7 @@ export function Unknown() {
         Provider calls that started and whose answer was never recorded (a crash or a timeout
         between the call and its record). The ledger keeps their node from calling again until the
         outcome is known: check at the provider (the key is the idempotency key you sent), then
-        settle it.
+        settle it with <code>resolveKey</code> of @cyclone/idempotency.
       </p>
       <ErrorBox error={q.error} />
       {q.data && items.length === 0 ? (
