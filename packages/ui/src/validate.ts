@@ -65,7 +65,10 @@ export const retryBody = z.union([
 export const emptyBody = z.strictObject({});
 
 /** `POST /api/runs/:id/signal`. */
-export const signalBody = z.strictObject({ name: z.string().min(1), payload: z.unknown() });
+export const signalBody = z.strictObject({
+  name: z.string().min(1),
+  payload: z.unknown().optional(),
+});
 
 /** `POST /api/runs/bulk`: `ids` or `filter`, not both. */
 export const bulkBody = z

@@ -8,6 +8,8 @@
  *   the run fails with `b` discarded; `c` completes.
  * - `big`: one node whose output is a string of `BIG_OUTPUT_CHARS` characters (5 MB).
  * - `parked`: never claimed (no worker runs it), so its runs stay `running`, for lists and cancel.
+ * - `approval`: a wait node for the signal `approved`, then `done`.
+ * - `tick`: one node; the schedule `nightly` (03:00 UTC, never due during a test) runs it.
  */
 
 import { createServer, type Server } from 'node:http';
@@ -16,6 +18,7 @@ import {
   Client,
   NonRetryableError,
   newAction,
+  newSchedule,
   newWorkflow,
   silentLogger,
   Worker,
@@ -55,6 +58,15 @@ export const Charge = newWorkflow('charge', {
 });
 export const Big = newWorkflow('big', { nodes: { blob: { action: bigOutput } } });
 export const Parked = newWorkflow('parked', { nodes: { p: { action: ok } } });
+export const Approval = newWorkflow('approval', {
+  nodes: { approve: { waitFor: 'approved' }, done: { action: ok, after: ['approve'] } },
+});
+export const Tick = newWorkflow('tick', { nodes: { t: { action: ok } } });
+export const Nightly = newSchedule('nightly', {
+  cron: '0 3 * * *',
+  workflow: Tick,
+  input: () => ({}),
+});
 
 /** A running fixture; `stop` ends everything it started. */
 export interface Fixture {
@@ -82,7 +94,8 @@ export async function startFixture(options: Partial<UiOptions> = {}): Promise<Fi
   });
   const worker = new Worker({
     client,
-    workflows: [Charge, Big],
+    workflows: [Charge, Big, Approval, Tick],
+    schedules: [Nightly],
     concurrency: 4,
     poolSize: 6,
     pollIntervalMs: 50,
