@@ -28,13 +28,17 @@ export class ChildWorker {
   private stderr = '';
   private dead = false;
 
-  /** @param script another bundle of the child than this build's (row 13's variants). */
+  /**
+   * @param script another bundle of the child than this build's (row 13's variants).
+   * @param nodeArgs options for `node` before the script (step-budget.ts: `--cpu-prof`).
+   */
   constructor(
     readonly spec: ChildSpec,
     script = childScript,
+    nodeArgs: readonly string[] = [],
   ) {
     if (!script) throw new Error('prepareChildren() was not called');
-    this.proc = spawn(process.execPath, [script], {
+    this.proc = spawn(process.execPath, [...nodeArgs, script], {
       cwd: BENCH_DIR,
       env: { ...process.env, BENCH_CHILD: JSON.stringify(spec) },
     });
