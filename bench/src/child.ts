@@ -65,10 +65,13 @@ function exit(): never {
 }
 
 const started = nowNs();
+let stopped = false;
 const worker = await system.startWorker(spec);
 createInterface({ input: process.stdin }).on('line', (line) => {
   const command = line.trim();
   if (command === 'EXIT') exit();
+  // STOP: the drain ends now (row 18: the harness knows when a fleet of processes is done).
+  if (command === 'STOP') stopped = true;
   // MARK: the measured window (statements, CPU) starts now instead of at the first handler start.
   if (command === 'MARK') {
     cpu0 = process.cpuUsage();
@@ -85,6 +88,7 @@ if (spec.mode === 'drain') {
   for (;;) {
     await sleep(2);
     let done: boolean;
+    if (stopped) break;
     if (worker.completed) done = worker.completed() >= spec.expected;
     else done = handled >= spec.expected && (await worker.pending?.()) === 0;
     if (done) break;

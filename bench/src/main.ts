@@ -21,6 +21,7 @@ import {
   signalThroughput,
   timerLateness,
 } from './cyclone-scenarios.js';
+import { fleetCost } from './fleet-rows.js';
 import { otelCost } from './otel-rows.js';
 import { FULL, type Mode, QUICK, rows } from './plan.js';
 import { renderReport } from './report.js';
@@ -228,6 +229,11 @@ try {
     section('13. the cost of OpenTelemetry');
     if (has('cyclone')) await otelCost(ctx, mode, guard);
     else log('row 13 is Cyclone only: skipped (--systems has no cyclone)');
+  }
+  if (want(18)) {
+    section('18. many workers: 50 workers against 5 on one backlog');
+    if (has('cyclone')) await fleetCost(ctx, mode, guard);
+    else log('row 18 is Cyclone only: skipped (--systems has no cyclone)');
   }
 } finally {
   await admin.dropAll().catch(() => {});

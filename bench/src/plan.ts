@@ -1,4 +1,5 @@
 /** The two modes and the rows of the results table. */
+import { fleetRows } from './fleet-rows.js';
 import { otelRows } from './otel-rows.js';
 import type { RowDef } from './results.js';
 
@@ -272,6 +273,7 @@ export function rows(m: Mode): RowDef[] {
       digits: 0,
     },
     ...otelRows(m),
+    ...fleetRows(m),
   );
   return r;
 }

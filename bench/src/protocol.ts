@@ -10,6 +10,7 @@
  * - `@STARTED`: victim mode: the job is claimed and its handler hangs.
  * - `@RECOVERED <ns>`: rescuer mode: a handler started at CLOCK_MONOTONIC `ns`.
  * - `@MARKED`: answer to `MARK` (drain mode): the measured window (statements, CPU) restarted.
+ *   `STOP` (drain mode) ends the drain at once: `@DONE` follows with the jobs done so far.
  * - `@ERR <message>`: fatal error; the child exits with code 1.
  */
 import type { StatementStat } from './query-counter.js';

@@ -13,7 +13,7 @@ import {
   Worker,
   type WorkerOptions,
 } from '@cyclone/core';
-import type pg from 'pg';
+import pg from 'pg';
 import { chunks, packageVersion } from '../util.js';
 import { onJobStart } from './hooks.js';
 import type { Producer, System, Variant, Workload } from './types.js';
@@ -164,22 +164,36 @@ export const system: System = {
   },
 
   async startWorker(spec) {
-    const client = new Client({ connectionString: spec.url, poolSize: 1 });
     const extra = spec.cyclone;
-    const worker = new Worker({
-      client,
-      // The wait workflow only for row 12, so that the claim of every other row is unchanged.
-      workflows: [noopFlow, dagFlow, writeFlow, ...(extra?.waitFlow ? [waitFlow] : [])],
-      logger: consoleLogger('warn', { system: 'cyclone' }),
-      ...VARIANTS[spec.variant],
-      ...(extra?.concurrency ? { concurrency: extra.concurrency } : {}),
-    });
-    await worker.start();
+    // Row 18: the process's workers share one pool; otherwise each worker makes its own pools.
+    const shared = extra?.sharedPoolSize
+      ? new pg.Pool({ connectionString: spec.url, max: extra.sharedPoolSize })
+      : undefined;
+    shared?.on('error', () => {});
+    const client = shared
+      ? new Client({ pool: shared })
+      : new Client({ connectionString: spec.url, poolSize: 1 });
+    const workers = Array.from(
+      { length: extra?.workers ?? 1 },
+      () =>
+        new Worker({
+          client,
+          // The wait workflow only for row 12, so that the claim of every other row is unchanged.
+          workflows: [noopFlow, dagFlow, writeFlow, ...(extra?.waitFlow ? [waitFlow] : [])],
+          logger: consoleLogger('warn', { system: 'cyclone' }),
+          ...VARIANTS[spec.variant],
+          ...(extra?.concurrency ? { concurrency: extra.concurrency } : {}),
+          ...(extra?.listen !== undefined ? { listen: extra.listen } : {}),
+          ...(extra?.pollIntervalMs ? { pollIntervalMs: extra.pollIntervalMs } : {}),
+        }),
+    );
+    for (const w of workers) await w.start();
     return {
-      completed: () => worker.stats.completed,
+      completed: () => workers.reduce((a, w) => a + w.stats.completed, 0),
       async stop() {
-        await worker.stop({ graceMs: 1_000 });
+        await Promise.all(workers.map((w) => w.stop({ graceMs: 1_000 })));
         await client.close();
+        await shared?.end();
       },
     };
   },

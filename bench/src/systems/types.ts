@@ -81,6 +81,17 @@ export interface WorkerSpec {
     waitFlow?: boolean;
     /** Handlers at once, instead of the variant's. */
     concurrency?: number;
+    /** Row 18: workers in this process (default 1), each with `concurrency`. */
+    workers?: number;
+    /**
+     * Row 18: one pool of this many connections for the process's client, shared by its
+     * workers (a caller-given pool), instead of each worker's own pools.
+     */
+    sharedPoolSize?: number;
+    /** LISTEN for NOTIFY (default the variant's: on). */
+    listen?: boolean;
+    /** Poll interval, ms (default the variant's). */
+    pollIntervalMs?: number;
   };
 }
 
