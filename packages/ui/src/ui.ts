@@ -145,7 +145,8 @@ export function createUi(options: UiOptions): Ui {
   const reads = new Reads(reader, ledger, options.redact, previewBytes);
   const actions = new Actions(client, reads, logger, options.onAction, maxBulk);
   const assets = new Assets(findPublicDir(options.assetsDir));
-  const optional = client as unknown as { listLimits?: () => Promise<unknown[]> };
+  // Present from the core release that has flow control on; an older peer core lacks it.
+  const hasLimits = typeof (client as Partial<Client>).listLimits === 'function';
 
   const config = (user: string | null, can: Permissions): UiConfig => ({
     basePath,
@@ -264,7 +265,7 @@ export function createUi(options: UiOptions): Ui {
       features: {
         schedules: typeof client.listSchedules === 'function',
         signals: typeof client.signal === 'function',
-        limits: typeof optional.listLimits === 'function',
+        limits: hasLimits,
         workers: true,
         throughput: true,
         ledger: await reads.hasLedger(),
@@ -298,10 +299,10 @@ export function createUi(options: UiOptions): Ui {
     return c.json({ items: JSON.parse(JSON.stringify(items)) });
   });
   app.get('/api/limits', async (c) => {
-    if (typeof optional.listLimits !== 'function') {
+    if (!hasLimits) {
       throw new ApiFailure(404, 'not_supported', 'This version of @cyclone/core has no limits.');
     }
-    return c.json({ items: JSON.parse(JSON.stringify(await optional.listLimits.call(client))) });
+    return c.json({ items: JSON.parse(JSON.stringify(await client.listLimits())) });
   });
   app.get('/api/runs/:id', async (c) => c.json(await reads.run(runIdOf(c))));
   app.get('/api/runs/:id/input', async (c) => {

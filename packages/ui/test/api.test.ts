@@ -410,3 +410,18 @@ describe('signals and schedules', () => {
     });
   });
 });
+
+describe('limits', () => {
+  it('lists the limits the workers recorded, and says the feature is there', async () => {
+    const meta = await getJson<MetaResponse>(f.url, '/api/meta');
+    expect(meta.body.features.limits).toBe(true);
+    const { status, body } = await getJson<{ items: Record<string, unknown>[] }>(
+      f.url,
+      '/api/limits',
+    );
+    expect(status).toBe(200);
+    expect(body.items).toContainEqual(
+      expect.objectContaining({ action: 'throttled', kind: 'concurrency', key: null, limit: 2 }),
+    );
+  });
+});

@@ -10,6 +10,7 @@
  * - `parked`: never claimed (no worker runs it), so its runs stay `running`, for lists and cancel.
  * - `approval`: a wait node for the signal `approved`, then `done`.
  * - `tick`: one node; the schedule `nightly` (03:00 UTC, never due during a test) runs it.
+ * - `throttled`: one node whose action has a concurrency limit of 2.
  */
 
 import { createServer, type Server } from 'node:http';
@@ -62,6 +63,11 @@ export const Approval = newWorkflow('approval', {
   nodes: { approve: { waitFor: 'approved' }, done: { action: ok, after: ['approve'] } },
 });
 export const Tick = newWorkflow('tick', { nodes: { t: { action: ok } } });
+/** An action with a concurrency limit, so that the workers record one (`GET /api/limits`). */
+const throttled = newAction('throttled', async () => ({ ok: true }), {
+  concurrency: { limit: 2 },
+});
+export const Throttled = newWorkflow('throttled', { nodes: { t: { action: throttled } } });
 export const Nightly = newSchedule('nightly', {
   cron: '0 3 * * *',
   workflow: Tick,
@@ -94,7 +100,7 @@ export async function startFixture(options: Partial<UiOptions> = {}): Promise<Fi
   });
   const worker = new Worker({
     client,
-    workflows: [Charge, Big, Approval, Tick],
+    workflows: [Charge, Big, Approval, Tick, Throttled],
     schedules: [Nightly],
     concurrency: 4,
     poolSize: 6,
