@@ -615,7 +615,7 @@ async function loadUiModule(): Promise<UiModule> {
     if (!isModuleNotFound(second, name)) throw second;
   }
   throw new ConfigError(
-    'cyclone ui needs the @cyclone/ui package, which is not installed: npm install @cyclone/ui (the same version as @cyclone/core)',
+    '@cyclone/ui is not installed (cyclone ui serves it): npm install @cyclone/ui, the same version as @cyclone/core',
   );
 }
 
