@@ -149,6 +149,23 @@ describe('reads', () => {
     );
     expect(back.body.items.map((r) => r.runId)).toEqual(newestFirst.slice(3, 6));
 
+    // A time range on createdAt: from the fourth newest on.
+    const fourth = pages[1]?.items[0];
+    const since = await getJson<RunsResponse>(
+      f.url,
+      `/api/runs?workflow=parked&from=${encodeURIComponent(fourth?.createdAt ?? '')}`,
+    );
+    const sinceIds = since.body.items.map((r) => r.runId);
+    // The four newest at least (an older run of the same millisecond may join them).
+    expect(sinceIds.slice(0, 4)).toEqual(newestFirst.slice(0, 4));
+    const before = await getJson<RunsResponse>(
+      f.url,
+      `/api/runs?workflow=parked&to=${encodeURIComponent(fourth?.createdAt ?? '')}`,
+    );
+    const beforeIds = before.body.items.map((r) => r.runId);
+    // The two ranges split the runs: none in both, none in neither.
+    expect([...sinceIds, ...beforeIds]).toEqual(newestFirst);
+
     const failed = await failedChargeRun();
     const onlyFailed = await getJson<RunsResponse>(f.url, '/api/runs?state=failed&workflow=charge');
     expect(onlyFailed.body.items.map((r) => r.runId)).toContain(failed);

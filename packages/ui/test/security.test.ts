@@ -3,8 +3,10 @@
  * challenge, 403, per-action rights), the CSRF check (content type, custom header, Origin,
  * Sec-Fetch-Site), the redact hook on every payload, and the response headers.
  */
+
+import { silentLogger } from '@cyclone/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { basicAuth, bearerToken } from '../src/index.js';
+import { type AuditEvent, basicAuth, bearerToken } from '../src/index.js';
 import type { LedgerResponse, MetaResponse, RunResponse, StepResponse } from '../src/shared/api.js';
 import { UI_HEADER } from '../src/shared/api.js';
 import {
@@ -137,6 +139,40 @@ describe('authorize', () => {
       }),
     ).toMatchObject({ status: 403, body: { error: 'forbidden' } });
     expect((await f.client.getRun(runId)).state).toBe('running');
+  });
+});
+
+describe('audit', () => {
+  it('every action reaches the logger and onAction with its user, refused ones with their error', async () => {
+    const events: AuditEvent[] = [];
+    const lines: { obj: object; msg?: string }[] = [];
+    const logger = {
+      ...silentLogger,
+      info: (obj: object, msg?: string) => void lines.push({ obj, msg }),
+    };
+    const a = await f.serve({
+      authorize: () => ({ user: 'ada' }),
+      onAction: (e) => void events.push(e),
+      logger,
+    });
+    const { runId } = await f.client.submit(Parked, {});
+    await postJson(a.origin, a.url, `/api/runs/${runId}/cancel`, {});
+    await postJson(a.origin, a.url, `/api/runs/${failedRun}/retry`, { node: 'a' });
+    expect(events).toEqual([
+      expect.objectContaining({ user: 'ada', action: 'cancel', runId }),
+      expect.objectContaining({
+        user: 'ada',
+        action: 'retry',
+        runId: failedRun,
+        node: 'a',
+        error: 'invalid_state',
+      }),
+    ]);
+    expect(lines.map((l) => l.msg)).toEqual([
+      'cyclone-ui audit: cancel',
+      'cyclone-ui audit: retry refused',
+    ]);
+    expect(lines[0]?.obj).toMatchObject({ user: 'ada', runId });
   });
 });
 
