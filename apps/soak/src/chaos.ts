@@ -12,12 +12,15 @@
  *   an answer slower than the client's timeout (the effect happens);
  * - `stall`: a worker's event loop is blocked for the lease + 2 s (busy loop): it is alive, but
  *   its leases expire, its steps run elsewhere, and its late completions must be fenced out;
+ * - `pgbouncer` (with `--pgbouncer`): the workers' PgBouncer SIGKILLed and started again, or its
+ *   server connections closed by RECONNECT, the two taking turns (pgbouncer.ts);
  * - `failover`: the primary killed, the synchronous standby promoted, the address moved to it
  *   (failover.ts); at most once per `failoverEveryMs`, and only with a standby in sync.
  *
  * The kinds are first taken in a shuffled round, and the 12 provider × fault pairs likewise, so
  * that even a short soak injects every kind; after that, at random.
  */
+import type { PgBouncer } from '@cyclone/testkit';
 import type pg from 'pg';
 import type { SoakDatabase } from './database.js';
 import { injectFailover, isReplicated } from './failover.js';
@@ -25,6 +28,7 @@ import { type Fakes, PROVIDER_FAULTS, type ProviderFault } from './fakes.js';
 import type { Fleet } from './fleet.js';
 import type { Journal, Orphan } from './journal.js';
 import type { FaultKind } from './options.js';
+import { injectPgBouncerFault } from './pgbouncer.js';
 import type { Prng } from './prng.js';
 import type { Provider } from './workload.js';
 
@@ -37,6 +41,8 @@ export interface ChaosOptions {
   failoverEveryMs: number;
   leaseMs: number;
   providerTimeoutMs: number;
+  /** The workers' PgBouncer, when they go through one (the `pgbouncer` fault). */
+  bouncer?: PgBouncer;
 }
 
 const PROVIDERS: readonly Provider[] = ['stripe', 'sendgrid', 'twilio'];
@@ -122,9 +128,29 @@ export class Chaos {
         return this.providerFault();
       case 'stall':
         return this.stall();
+      case 'pgbouncer':
+        return this.pgbouncer();
       case 'failover':
         return this.failover();
     }
+  }
+
+  /** Restarts the workers' PgBouncer or closes its server connections (pgbouncer.ts). */
+  private pgbouncer(): Promise<boolean> {
+    const bouncer = this.options.bouncer;
+    if (!bouncer) return Promise.resolve(false);
+    return injectPgBouncerFault({
+      bouncer,
+      fleet: this.fleet,
+      admin: this.admin,
+      journal: this.journal,
+      prng: this.prng,
+      working: (slot) => !this.stalled.has(slot),
+      track: (p) => {
+        this.restarts.add(p);
+        void p.finally(() => this.restarts.delete(p));
+      },
+    });
   }
 
   private failoverDue(): boolean {

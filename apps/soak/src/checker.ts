@@ -18,6 +18,11 @@
  *   enabled fault kind was injected at least once.
  */
 import { type FailoverSummary, slowFailovers, summarizeFailovers } from './failover-check.js';
+import {
+  type PgBouncerSummary,
+  slowPgBouncerFaults,
+  summarizePgBouncerFaults,
+} from './pgbouncer-check.js';
 import type { Snapshot, StepRow } from './snapshot.js';
 import { PROVIDER_NODES, type Provider } from './workload.js';
 
@@ -83,6 +88,8 @@ export interface Report {
     kills: number;
     stalls: number;
     failovers: FailoverSummary;
+    /** The workers' PgBouncer restarted or reconnected (the pgbouncer fault). */
+    pgbouncer: PgBouncerSummary;
   };
   recovery: {
     afterKill: Percentiles & { orphans: number; committedByDeadWorker: number; neverRerun: number };
@@ -356,6 +363,15 @@ export function check(s: Snapshot): Report {
       kill.times.filter((t) => t > s.options.maxRecoveryMs),
       `max ${killP.max ?? '-'} ms`,
     ),
+    ...(s.options.faults.includes('pgbouncer')
+      ? [
+          inv(
+            `every PgBouncer restart or reconnect recovered (each working worker started a handler again) within ${s.options.maxRecoveryMs} ms`,
+            slowPgBouncerFaults(s.faults, s.options.maxRecoveryMs),
+            `max ${summarizePgBouncerFaults(s.faults).recovery.max ?? '-'} ms`,
+          ),
+        ]
+      : []),
     ...(s.options.faults.includes('failover')
       ? [
           inv(
@@ -440,6 +456,7 @@ export function check(s: Snapshot): Report {
       kills: byKind.kill ?? 0,
       stalls: byKind.stall ?? 0,
       failovers: summarizeFailovers(s.faults),
+      pgbouncer: summarizePgBouncerFaults(s.faults),
     },
     recovery: {
       afterKill: {

@@ -16,6 +16,21 @@ export interface SubmittedRun {
 }
 
 export type FaultRecord =
+  | {
+      kind: 'pgbouncer';
+      /** When PgBouncer was killed, or the command sent. */
+      at: number;
+      /** SIGKILL and a restart, or the console's RECONNECT (pgbouncer.ts). */
+      mode: 'kill' | 'reconnect';
+      /** How long PgBouncer was gone (0 for a RECONNECT). */
+      downMs: number;
+      /** Steps running at the fault (-1: could not be read). */
+      held: number;
+      /** Workers counted for the recovery (alive and working at the fault). */
+      workers: number;
+      /** PgBouncer back → every counted worker started a handler again; null until seen. */
+      recoveryMs: number | null;
+    }
   | { kind: 'kill'; at: number; slot: number; workerId: string; orphans: number }
   | { kind: 'terminate'; at: number; backends: number }
   | { kind: 'pg-restart'; at: number; mode: 'fast' | 'immediate'; downMs: number }

@@ -4,6 +4,7 @@
  */
 import { parseArgs } from 'node:util';
 import { failoverUnavailable } from './failover.js';
+import { pgbouncerUnavailable } from './pgbouncer.js';
 
 /** The fault kinds (`--faults`). */
 export const FAULT_KINDS = [
@@ -13,6 +14,7 @@ export const FAULT_KINDS = [
   'provider',
   'stall',
   'failover',
+  'pgbouncer',
 ] as const;
 export type FaultKind = (typeof FAULT_KINDS)[number];
 
@@ -55,6 +57,8 @@ export interface SoakOptions {
   maxRecoveryMs: number;
   /** Print the JSON report on stdout instead of the table. */
   json: boolean;
+  /** The workers reach PostgreSQL through a PgBouncer of the soak's (pgbouncer.ts). */
+  pgbouncer: boolean;
 }
 
 export class UsageError extends Error {}
@@ -81,6 +85,7 @@ Options:
   --seed <n>              seed of the fault schedule and workload (default: random)
   --max-recovery <d>      fail when a killed worker's step waits longer than this (default 30s)
   --database-url <url>    use this server instead of a dedicated embedded one (no restarts)
+  --pgbouncer             workers through a PgBouncer in transaction mode (pgbouncer.ts)
   --out <dir>             report.json and worker logs (default .cyclone/soak/<time>)
   --keep                  keep the embedded server's data directory
   --json                  print the JSON report instead of the table
@@ -133,6 +138,7 @@ export function parseOptions(argv: string[]): SoakOptions | 'help' {
         'database-url': { type: 'string' },
         out: { type: 'string' },
         keep: { type: 'boolean' },
+        pgbouncer: { type: 'boolean' },
         json: { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
       },
@@ -181,6 +187,8 @@ export function parseOptions(argv: string[]): SoakOptions | 'help' {
   }
   const notes: string[] = [];
   faults = failoverFaults(faults, databaseUrl, f === undefined || f === 'all', notes);
+  const pgbouncer = pgbouncerFaults(faults, values.pgbouncer === true, f, notes);
+  faults = pgbouncer.faults;
   return {
     durationMs,
     runs,
@@ -204,6 +212,7 @@ export function parseOptions(argv: string[]): SoakOptions | 'help' {
     keep: values.keep === true,
     maxRecoveryMs: dur('max-recovery', 30_000),
     json: values.json === true,
+    pgbouncer: pgbouncer.on,
   };
 }
 
@@ -228,4 +237,30 @@ function failoverFaults(
   if (!fromAll) throw new UsageError(`--faults failover: ${why}`);
   notes.push(`failover left out: ${why}`);
   return faults.filter((k) => k !== 'failover');
+}
+
+/**
+ * Whether the workers go through PgBouncer, and `faults` with `pgbouncer` kept only then:
+ * `--pgbouncer`, or the `pgbouncer` fault named in `--faults`, turns it on; under `all` without
+ * `--pgbouncer` the fault is left out with a note (the workers reach PostgreSQL directly).
+ * @throws UsageError when PgBouncer is asked for and is not installed.
+ */
+function pgbouncerFaults(
+  faults: FaultKind[],
+  asked: boolean,
+  faultsArg: string | undefined,
+  notes: string[],
+): { on: boolean; faults: FaultKind[] } {
+  const fromAll = faultsArg === undefined || faultsArg === 'all';
+  const named = !fromAll && faults.includes('pgbouncer');
+  if (!asked && !named) {
+    if (faults.includes('pgbouncer')) {
+      notes.push('pgbouncer left out: the workers reach PostgreSQL directly (add --pgbouncer)');
+    }
+    return { on: false, faults: faults.filter((k) => k !== 'pgbouncer') };
+  }
+  const why = pgbouncerUnavailable();
+  if (why !== undefined)
+    throw new UsageError(`${asked ? '--pgbouncer' : '--faults pgbouncer'}: ${why}`);
+  return { on: true, faults };
 }

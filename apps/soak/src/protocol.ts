@@ -35,4 +35,6 @@ export interface WorkerEnv {
   SOAK_TWILIO_TOKEN: string;
   SOAK_PROVIDER_TIMEOUT_MS: string;
   SOAK_QUIET_PERIOD_MS: string;
+  /** '1': through PgBouncer, with its settings (pgbouncer.ts). */
+  SOAK_PGBOUNCER?: string;
 }

@@ -76,6 +76,7 @@ export function formatReport(r: Report): string {
           `${f.pgRestarts.fast} / ${f.pgRestarts.immediate}, ${ms(f.pgRestarts.maxDownMs)}`,
         ],
         ['worker event loop blocked past its lease', f.stalls],
+        ...pgbouncerRows(r),
         ...failoverRows(r),
         ...Object.entries(f.provider)
           .sort()
@@ -160,5 +161,22 @@ function failoverRows(r: Report): (string | number)[][] {
       '  steps running at the kills; new standby built (max)',
       `${fo.heldSteps}; ${ms(fo.maxStandbyMs)}`,
     ],
+  ];
+}
+
+/** The `pgbouncer` rows of the faults table (none when the kind was off). */
+function pgbouncerRows(r: Report): (string | number)[][] {
+  if (!r.config.faults.includes('pgbouncer')) return [];
+  const b = r.faults.pgbouncer;
+  return [
+    [
+      'PgBouncer killed and restarted / RECONNECT (longest down)',
+      `${b.kills} / ${b.reconnects}, ${ms(b.maxDownMs)}`,
+    ],
+    [
+      '  recovery: PgBouncer back → every worker working again (p50 / max)',
+      `${ms(b.recovery.p50)} / ${ms(b.recovery.max)}`,
+    ],
+    ['  steps running at the faults; not recovered', `${b.heldSteps}; ${b.unrecovered}`],
   ];
 }

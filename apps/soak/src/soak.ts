@@ -22,6 +22,7 @@ import { Journal } from './journal.js';
 import { Load } from './load.js';
 import { Operator } from './operator.js';
 import type { SoakOptions } from './options.js';
+import { startSoakPgBouncer } from './pgbouncer.js';
 import { Prng } from './prng.js';
 import type { WorkerEnv } from './protocol.js';
 import { takeSnapshot } from './snapshot.js';
@@ -93,8 +94,19 @@ export async function runSoak(
     cleanups.unshift(() => fakes.close());
     const journal = new Journal();
     const quietPeriodMs = Math.max(8_000, options.leaseMs + 2_000 + PROVIDER_TIMEOUT_MS + 2_000);
+    // --pgbouncer: the workers through a PgBouncer of the soak's (pgbouncer.ts).
+    const bouncer = options.pgbouncer
+      ? await startSoakPgBouncer(db.url, options.workers, options.concurrency)
+      : undefined;
+    if (bouncer) {
+      cleanups.unshift(() => bouncer.stop());
+      log(`soak: workers through ${bouncer.version} (transaction pooling, port ${bouncer.port})`);
+    }
     const envFor = (slot: number): WorkerEnv => ({
-      SOAK_DATABASE_URL: db.urlFor(`soak-w${slot}`),
+      SOAK_DATABASE_URL: bouncer
+        ? bouncer.url(db.urlFor(`soak-w${slot}`))
+        : db.urlFor(`soak-w${slot}`),
+      ...(bouncer ? { SOAK_PGBOUNCER: '1' } : {}),
       SOAK_WORKER_INDEX: String(slot),
       SOAK_LEASE_MS: String(options.leaseMs),
       SOAK_CONCURRENCY: String(options.concurrency),
@@ -146,6 +158,7 @@ export async function runSoak(
       failoverEveryMs: options.failoverEveryMs,
       leaseMs: options.leaseMs,
       providerTimeoutMs: PROVIDER_TIMEOUT_MS,
+      bouncer,
     });
     const operator = new Operator(client, fakes, journal);
 

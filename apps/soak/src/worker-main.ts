@@ -63,7 +63,14 @@ const sms = twilio(env.SOAK_TWILIO_SID, env.SOAK_TWILIO_TOKEN, {
   }),
 });
 
-const client = new Client({ connectionString: env.SOAK_DATABASE_URL, poolSize: 3, logger: log });
+// Through PgBouncer (transaction mode): no named prepared statements, no LISTEN (it polls).
+const viaPgBouncer = env.SOAK_PGBOUNCER === '1';
+const client = new Client({
+  connectionString: env.SOAK_DATABASE_URL,
+  poolSize: 3,
+  logger: log,
+  ...(viaPgBouncer ? { preparedStatements: false } : {}),
+});
 const worker = new Worker({
   client,
   workflows: WORKFLOWS,
@@ -72,6 +79,7 @@ const worker = new Worker({
   sweepIntervalMs: num('SOAK_SWEEP_MS'),
   pollIntervalMs: num('SOAK_POLL_MS'),
   logger: log,
+  ...(viaPgBouncer ? { listen: false } : {}),
 });
 
 installWorkerDeps({
