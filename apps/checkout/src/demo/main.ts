@@ -32,6 +32,7 @@ import { runLoad } from './load.js';
 import { parseOptions, USAGE } from './options.js';
 import { Child, WorkerChild } from './processes.js';
 import { render, verdict } from './report.js';
+import { serveUi } from './ui.js';
 
 const src = join(dirname(fileURLToPath(import.meta.url)), '..');
 const started = Date.now();
@@ -323,6 +324,7 @@ async function main(): Promise<number> {
     );
     if (opts.json)
       say(`SUMMARY ${JSON.stringify({ ...v, ok: failed.length === 0, batch: prefix })}`);
+    if (opts.uiPort !== undefined) await serveUi(client, opts.uiPort, say);
     return failed.length === 0 ? 0 : 1;
   } finally {
     multibar?.stop();

@@ -20,6 +20,8 @@ export interface DemoOptions {
   timeoutMs: number;
   /** Print the summary as one JSON line (`SUMMARY {…}`) after the table. */
   json: boolean;
+  /** After the summary, serve the operator UI on this loopback port until Ctrl-C; none: no UI. */
+  uiPort: number | undefined;
 }
 
 export const USAGE = `pnpm demo [options]
@@ -33,6 +35,8 @@ export const USAGE = `pnpm demo [options]
   --no-faults       do not drop provider responses
   --timeout S       fail if the work is not done after S seconds (default 240)
   --json            also print the summary as a SUMMARY {json} line
+  --ui              then keep the operator UI open on the demo's database (Ctrl-C stops it)
+  --ui-port N       its port on 127.0.0.1 (default 7777; implies --ui)
   -h, --help        this text
 
 Database: DATABASE_URL, else an embedded PostgreSQL under .cyclone/.`;
@@ -51,6 +55,8 @@ export function parseOptions(argv: string[]): DemoOptions | 'help' {
       'no-faults': { type: 'boolean' },
       timeout: { type: 'string' },
       json: { type: 'boolean' },
+      ui: { type: 'boolean' },
+      'ui-port': { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
     allowPositionals: false,
@@ -81,5 +87,9 @@ export function parseOptions(argv: string[]): DemoOptions | 'help' {
     faults: !values['no-faults'],
     timeoutMs: num('timeout', values.timeout, 240, 5, 3600) * 1000,
     json: values.json ?? false,
+    uiPort:
+      values.ui || values['ui-port'] !== undefined
+        ? int('ui-port', values['ui-port'], 7777, 0, 65_535)
+        : undefined,
   };
 }
