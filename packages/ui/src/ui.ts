@@ -219,7 +219,7 @@ export function createUi(options: UiOptions): Ui {
     c.header('Cache-Control', 'no-store');
   });
 
-  // Mutations: read-only first (nothing else is looked at), then the CSRF check.
+  // Mutations: read-only first (neither the body nor the database is looked at), then CSRF.
   app.use('*', async (c, next) => {
     if (SAFE_METHODS.has(c.req.method)) return next();
     if (readOnly) {
