@@ -38,6 +38,7 @@ import {
 } from './scenarios.js';
 import { loadSystem } from './systems/index.js';
 import { SYSTEM_NAMES, type System, type SystemName } from './systems/types.js';
+import { uiRunsList } from './ui-rows.js';
 import { errMessage, median } from './util.js';
 
 const { values: args } = parseArgs({
@@ -229,6 +230,11 @@ try {
     section('13. the cost of OpenTelemetry');
     if (has('cyclone')) await otelCost(ctx, mode, guard);
     else log('row 13 is Cyclone only: skipped (--systems has no cyclone)');
+  }
+  if (want(17)) {
+    section('17. the UI runs list on 1,000,000 finished runs');
+    if (has('cyclone')) await uiRunsList(ctx, mode, guard);
+    else log('row 17 is Cyclone only: skipped (--systems has no cyclone)');
   }
   if (want(18)) {
     section('18. many workers: 50 workers against 5 on one backlog');

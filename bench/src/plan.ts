@@ -2,6 +2,7 @@
 import { fleetRows } from './fleet-rows.js';
 import { otelRows } from './otel-rows.js';
 import type { RowDef } from './results.js';
+import { uiRows } from './ui-rows.js';
 
 export interface Mode {
   name: 'quick' | 'full';
@@ -273,6 +274,7 @@ export function rows(m: Mode): RowDef[] {
       digits: 0,
     },
     ...otelRows(m),
+    ...uiRows(),
     ...fleetRows(m),
   );
   return r;
