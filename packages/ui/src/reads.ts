@@ -69,9 +69,15 @@ export class Reads {
     private readonly previewBytes: number,
   ) {}
 
-  /** True when the ledger's reads are there. */
+  /**
+   * True when the ledger can be shown: @cyclone/idempotency is installed here and its table
+   * exists in the database (its count of unknown outcomes, capped at 1, is null otherwise).
+   */
   async hasLedger(): Promise<boolean> {
-    return (await this.ledger) !== undefined;
+    const ledger = await this.ledger;
+    if (!ledger) return false;
+    const c = await this.reader.read((q) => ledger.countUnknownOutcomes(q, this.reader.q, 1));
+    return c !== null;
   }
 
   /** `GET /api/overview`. */

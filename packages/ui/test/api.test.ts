@@ -2,8 +2,10 @@
  * The JSON API against real runs: a worker runs them, the UI (under a base path, through
  * node:http) reads and acts on them, and the database is checked after each action.
  */
+import { Client, silentLogger } from '@cyclone/core';
 import { waitFor } from '@cyclone/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createUi } from '../src/index.js';
 import type {
   BulkResponse,
   HealthResponse,
@@ -67,6 +69,32 @@ describe('reads', () => {
       limits: { maxBulk: 1000, previewBytes: 65536, pageMax: 200 },
     });
     expect(headers.get('cache-control')).toBe('no-store');
+  });
+
+  it('without the ledger table (a schema migrated by core alone) the ledger is off and empty', async () => {
+    const bare = new Client({
+      connectionString: f.db.url,
+      schema: 'bare',
+      poolSize: 2,
+      logger: silentLogger,
+    });
+    await bare.migrate();
+    const ui = createUi({ client: bare, basePath: BASE, logger: silentLogger });
+    try {
+      const { runId } = await bare.submit(Parked, {});
+      const get = async (path: string) =>
+        (await ui.fetch(new Request(`http://127.0.0.1${BASE}${path}`))).json();
+      expect(await get('/api/meta')).toMatchObject({ features: { ledger: false } });
+      expect(await get(`/api/runs/${runId}/ledger`)).toEqual({ items: [] });
+      expect(await get(`/api/runs/${runId}`)).toMatchObject({
+        run: { runId, workflow: 'parked' },
+        steps: [{ node: 'p', ledger: { started: 0, succeeded: 0, failed: 0, unknown: 0 } }],
+      });
+      expect(await get('/api/overview')).toMatchObject({ unknownOutcomes: null });
+    } finally {
+      await ui.close();
+      await bare.close();
+    }
   });
 
   it('a failed run: its steps, the discarded node, its error and its ledger entries', async () => {
