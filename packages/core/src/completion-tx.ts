@@ -107,6 +107,19 @@ export class CompletionTx {
     c.release(err === undefined ? undefined : (err as Error));
   }
 
+  /**
+   * True once the handler asked for the transaction (`open`), whether or not it opened: only
+   * then has `close` anything to wait for.
+   */
+  get requested(): boolean {
+    return this.opening !== undefined;
+  }
+
+  /** Ends an attempt that never asked for the transaction: later opens are refused. */
+  end(): void {
+    this.ended = true;
+  }
+
   /** Ends the transaction: refuses further handler queries, rolls back, releases. */
   async close(): Promise<void> {
     this.ended = true;

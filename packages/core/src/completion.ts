@@ -159,7 +159,9 @@ export class Completer {
         return this.fail(attempt, Outcome.retryable('error', err));
       }
     }
-    await tx.close();
+    // Most steps never asked for a completionTx: nothing to close then, and no promise to wait on.
+    if (tx.requested) await tx.close();
+    else tx.end();
     try {
       // No completionTx: the batcher completes it with other steps in one statement.
       const done = await retryTransient(
