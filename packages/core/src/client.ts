@@ -6,7 +6,13 @@
  */
 
 import pg from 'pg';
-import { CONNECT_TIMEOUT_MS, type Db, DEAD_CONNECTION_MS, deadConnectionSettings } from './db.js';
+import {
+  CONNECT_TIMEOUT_MS,
+  type Db,
+  DEAD_CONNECTION_MS,
+  deadConnectionSettings,
+  ignoreLateErrors,
+} from './db.js';
 import { ConfigError } from './errors.js';
 import type { ListRunsOptions } from './inspect.js';
 import * as inspect from './inspect.js';
@@ -142,6 +148,7 @@ export class Client {
     // An idle client whose connection dies emits 'error' on the pool; unhandled, it would crash
     // the process. The next query simply gets a new connection.
     this.pool.on('error', (err) => this.logger.warn({ err: err.message }, 'idle connection lost'));
+    ignoreLateErrors(this.pool);
   }
 
   /**

@@ -76,6 +76,17 @@ export const MAX_TIMER_MS = 2 ** 31 - 1;
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
 
 /**
+ * Gives every connection of `pool` an 'error' listener for its whole life. pg-pool listens on a
+ * connection only at some moments (while it is idle, and once per `pool.query`), and a
+ * connection whose backend is terminated can emit "Connection terminated unexpectedly" when
+ * nobody listens: unheard, that 'error' ends the process. The failures still reach the
+ * statement that was running and the pool's own 'error' event.
+ */
+export function ignoreLateErrors(pool: pg.Pool): void {
+  pool.on('connect', (c) => c.on('error', () => {}));
+}
+
+/**
  * True for errors that mean the connection (not the statement) failed, so the outcome of a
  * write may be unknown and a retry on a new connection is the right move: socket errors
  * (ECONNREFUSED, ECONNRESET, EPIPE, ETIMEDOUT), SQLSTATE class 08 (connection exception),

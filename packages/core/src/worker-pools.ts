@@ -5,7 +5,7 @@
  */
 import pg from 'pg';
 import type { Client } from './client.js';
-import { CONNECT_TIMEOUT_MS, type DeadConnectionSettings } from './db.js';
+import { CONNECT_TIMEOUT_MS, type DeadConnectionSettings, ignoreLateErrors } from './db.js';
 import type { Logger } from './logger.js';
 import { isDirectSession } from './session.js';
 
@@ -115,5 +115,6 @@ function makePool(
       : {}),
   });
   p.on('error', (err) => log.warn({ err: err.message }, 'idle connection lost'));
+  ignoreLateErrors(p);
   return p;
 }
