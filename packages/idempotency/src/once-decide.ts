@@ -82,6 +82,18 @@ export async function claimKey<T>(ctx: Context, opts: Normalised<T>): Promise<De
   }
 
   const c = await pool.connect();
+  // pg emits 'error' on a checked-out connection that dies (a terminated backend, a pooler
+  // restarted); without a listener that crashes the process. The statement in flight fails too,
+  // which is what this path acts on.
+  let lost: Error | undefined;
+  const onError = (err: Error) => {
+    lost = err;
+  };
+  c.on('error', onError);
+  const release = (err?: Error) => {
+    c.removeListener('error', onError);
+    c.release(lost ?? err);
+  };
   let result: Decision | Thrown;
   try {
     await c.query('BEGIN');
@@ -102,7 +114,7 @@ export async function claimKey<T>(ctx: Context, opts: Normalised<T>): Promise<De
     await c.query(result.kind === 'throw' && !result.commit ? 'ROLLBACK' : 'COMMIT');
   } catch (err) {
     await c.query('ROLLBACK').catch(() => {});
-    c.release(isConnectionError(err) ? (err as Error) : undefined);
+    release(isConnectionError(err) ? (err as Error) : undefined);
     if ((err as { code?: unknown })?.code === '55P03') {
       throw new IdempotencyConflictError(
         opts.key,
@@ -112,7 +124,7 @@ export async function claimKey<T>(ctx: Context, opts: Normalised<T>): Promise<De
     }
     throw err;
   }
-  c.release();
+  release();
   if (result.kind === 'throw') throw result.error;
   return result;
 }
