@@ -170,6 +170,10 @@ export async function startPgBouncer(options: PgBouncerOptions = {}): Promise<Pg
       stdio: ['ignore', 'ignore', 'pipe'],
     });
     proc = p;
+    // PgBouncer does not watch its parent: a test process that ends without stop() takes it along.
+    const onExit = () => p.kill('SIGKILL');
+    process.once('exit', onExit);
+    p.once('exit', () => process.removeListener('exit', onExit));
     p.stderr?.setEncoding('utf8');
     p.stderr?.on('data', (d: string) => {
       stderr = (stderr + d).slice(-20_000);
