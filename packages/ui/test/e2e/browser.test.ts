@@ -32,6 +32,8 @@ import {
 const BASE = '/ops/cyclone';
 const PUBLIC_INDEX = fileURLToPath(new URL('../../dist/public/index.html', import.meta.url));
 const RUN_MS = 60_000;
+/** How long a page may take to show what it should (a loaded machine, a 1 s polling interval). */
+const SHOW_MS = 20_000;
 
 interface Served {
   ui: Ui;
@@ -183,7 +185,7 @@ describe(`the operator pages in Chromium under ${BASE}`, { timeout: 120_000 }, (
     const page = await newPage();
     await page.goto(`${main.root}/runs`);
     const rows = page.locator('[data-testid=runs-table] tbody tr');
-    await expect.poll(() => rows.count()).toBeGreaterThanOrEqual(7);
+    await expect.poll(() => rows.count(), { timeout: SHOW_MS }).toBeGreaterThanOrEqual(7);
     await screenshot(page, 'runs');
 
     await page.selectOption('[data-testid=filter-state]', 'failed');
@@ -193,12 +195,14 @@ describe(`the operator pages in Chromium under ${BASE}`, { timeout: 120_000 }, (
         ...new Set(await rows.evaluateAll((trs) => trs.map((tr) => tr.dataset.state))),
       ])
       .toEqual(['failed']);
-    await expect.poll(() => page.locator(`tr[data-run-id="${failedShopId}"]`).count()).toBe(1);
+    await expect
+      .poll(() => page.locator(`tr[data-run-id="${failedShopId}"]`).count(), { timeout: SHOW_MS })
+      .toBe(1);
 
     await page.selectOption('[data-testid=filter-state]', '');
     await page.selectOption('[data-testid=filter-workflow]', 'report');
     await page.waitForURL(/workflow=report/);
-    await expect.poll(() => rows.count()).toBe(1);
+    await expect.poll(() => rows.count(), { timeout: SHOW_MS }).toBe(1);
     await expect(rows.first().getAttribute('data-run-id')).resolves.toBe(reportId);
     await page.close();
   });
@@ -271,14 +275,16 @@ describe(`the operator pages in Chromium under ${BASE}`, { timeout: 120_000 }, (
     await page.waitForURL(`${main.root}/runs/${failedShopId}/nodes/charge`);
     const panel = page.locator('[data-testid=node-panel]');
     // Two failed attempts, stacks folded.
-    await expect.poll(() => panel.locator('[data-testid=errors] > li').count()).toBe(2);
+    await expect
+      .poll(() => panel.locator('[data-testid=errors] > li').count(), { timeout: SHOW_MS })
+      .toBe(2);
     await expect(panel.locator('[data-testid=errors]').textContent()).resolves.toContain(
       'fraud check service answered 503',
     );
     await expect(panel.locator('.stack').first().isVisible()).resolves.toBe(false);
     // The provider call is in the ledger as succeeded, once.
     const ledgerRow = panel.locator('[data-testid=ledger-row]');
-    await expect.poll(() => ledgerRow.count()).toBe(1);
+    await expect.poll(() => ledgerRow.count(), { timeout: SHOW_MS }).toBe(1);
     await expect(ledgerRow.getAttribute('data-phase')).resolves.toBe('succeeded');
     await expect(ledgerRow.textContent()).resolves.toContain('fakepay');
     await screenshot(page, 'node-panel-failed');
@@ -305,7 +311,9 @@ describe(`the operator pages in Chromium under ${BASE}`, { timeout: 120_000 }, (
     expect(main.actions.map((a) => a.action)).toContain('retry');
 
     // The panel now has the output too, with the errors kept.
-    await expect.poll(() => panel.getAttribute('aria-label')).toBe('Node charge');
+    await expect
+      .poll(() => panel.getAttribute('aria-label'), { timeout: SHOW_MS })
+      .toBe('Node charge');
     await expect
       .poll(() => panel.locator('[data-testid=payload-output]').textContent(), { timeout: 20_000 })
       .toContain('chargeId');
@@ -340,7 +348,7 @@ describe(`the operator pages in Chromium under ${BASE}`, { timeout: 120_000 }, (
     const page = await newPage();
     await page.goto(`${main.root}/runs?workflow=sync&state=failed`);
     const rows = page.locator('[data-testid=runs-table] tbody tr');
-    await expect.poll(() => rows.count()).toBe(3);
+    await expect.poll(() => rows.count(), { timeout: SHOW_MS }).toBe(3);
     await page.check('[data-testid=select-all]');
     await expect(
       page.locator('[data-testid=bulk-retry-selected]').textContent(),
@@ -357,6 +365,28 @@ describe(`the operator pages in Chromium under ${BASE}`, { timeout: 120_000 }, (
     for (const id of ids) {
       await client.waitForRun(id, { timeoutMs: RUN_MS });
       expect(await runState(id)).toBe('completed');
+    }
+    await page.close();
+  });
+
+  it('cancels every run a filter matches, with the count confirmed and progress shown', async () => {
+    const ids = [(await client.submit(Slow, {})).runId, (await client.submit(Slow, {})).runId];
+    const page = await newPage();
+    await page.goto(`${main.root}/runs?workflow=slow&state=running`);
+    const rows = page.locator('[data-testid=runs-table] tbody tr');
+    await expect.poll(() => rows.count(), { timeout: SHOW_MS }).toBe(2);
+    await page.click('[data-testid=bulk-cancel-filter]');
+    const dialog = page.locator('dialog[open]');
+    await expect(dialog.textContent()).resolves.toContain('the 2 runs matching the filter');
+    await expect(dialog.textContent()).resolves.toContain('"workflow":"slow"');
+    await dialog.locator('[data-testid=confirm]').click();
+    await dialog.locator('[data-testid=bulk-progress][data-done=true]').waitFor();
+    await expect(dialog.locator('[data-testid=bulk-progress]').textContent()).resolves.toContain(
+      '2 changed',
+    );
+    for (const id of ids) {
+      await client.waitForRun(id, { timeoutMs: RUN_MS });
+      expect(await runState(id)).toBe('cancelled');
     }
     await page.close();
   });
@@ -516,7 +546,9 @@ describe(`the operator pages in Chromium under ${BASE}`, { timeout: 120_000 }, (
     const page = await newPage();
     await page.emulateMedia({ colorScheme: 'dark' });
     await page.goto(`${main.root}/`);
-    await expect.poll(() => page.locator('html').getAttribute('data-theme')).toBe('dark');
+    await expect
+      .poll(() => page.locator('html').getAttribute('data-theme'), { timeout: SHOW_MS })
+      .toBe('dark');
     const bg = await page
       .locator('body')
       .evaluate((el) => el.ownerDocument.defaultView?.getComputedStyle(el).backgroundColor);
@@ -530,9 +562,50 @@ describe(`the operator pages in Chromium under ${BASE}`, { timeout: 120_000 }, (
 
     await page.goto(`${main.root}/settings`);
     await page.check('[data-testid=theme-light]');
-    await expect.poll(() => page.locator('html').getAttribute('data-theme')).toBe('light');
+    await expect
+      .poll(() => page.locator('html').getAttribute('data-theme'), { timeout: SHOW_MS })
+      .toBe('light');
     await page.check('[data-testid=theme-system]');
-    await expect.poll(() => page.locator('html').getAttribute('data-theme')).toBe('dark');
+    await expect
+      .poll(() => page.locator('html').getAttribute('data-theme'), { timeout: SHOW_MS })
+      .toBe('dark');
+    await page.close();
+  });
+
+  it('stops polling while paused by the button and while the tab is hidden', async () => {
+    const page = await newPage();
+    let polls = 0;
+    page.on('request', (req) => {
+      if (req.url().endsWith('/api/overview')) polls++;
+    });
+    await page.goto(`${main.root}/`);
+    // The UI polls every second here (refreshMs 1,000).
+    await expect.poll(() => polls, { timeout: 20_000 }).toBeGreaterThanOrEqual(3);
+    await page.click('[data-testid=pause]');
+    await expect(page.locator('[data-testid=pause]').getAttribute('aria-pressed')).resolves.toBe(
+      'true',
+    );
+    const paused = polls;
+    await new Promise((r) => setTimeout(r, 4_000));
+    expect(polls).toBe(paused);
+    await page.click('[data-testid=pause]');
+    await expect.poll(() => polls, { timeout: 20_000 }).toBeGreaterThan(paused);
+
+    // A hidden tab (what the browser says when the operator switches tabs) does not poll either.
+    await page.evaluate(() => {
+      const doc = globalThis as unknown as {
+        document: { dispatchEvent: (e: Event) => void };
+      };
+      Object.defineProperty(doc.document, 'visibilityState', {
+        value: 'hidden',
+        configurable: true,
+      });
+      doc.document.dispatchEvent(new Event('visibilitychange'));
+    });
+    await new Promise((r) => setTimeout(r, 1_500));
+    const hidden = polls;
+    await new Promise((r) => setTimeout(r, 4_000));
+    expect(polls).toBe(hidden);
     await page.close();
   });
 

@@ -4,7 +4,7 @@
  * calls — what proves a retry will not call a provider again for a call recorded as succeeded.
  */
 import { useMutation, useQuery, useQueryClient } from '@tanstack/react-query';
-import { type ReactNode, useState } from 'react';
+import { type ReactNode, useEffect, useState } from 'react';
 import { Link } from 'wouter';
 import type {
   LedgerEntry,
@@ -82,17 +82,23 @@ export function LedgerTable({ items }: { items: LedgerEntry[] }) {
   );
 }
 
-/** The panel of `node` in run `runId`; polls at `poll`. */
+/**
+ * The panel of `node` in run `runId`; polls at `poll`, and reads again whenever the run changes
+ * (`runVersion`: its state, updatedAt and steps left): the change that finishes a run also stops
+ * the polling, and the panel must still show it.
+ */
 export function NodePanel({
   runId,
   node,
   runState,
+  runVersion,
   poll,
   onClose,
 }: {
   runId: string;
   node: string;
   runState: RunState | undefined;
+  runVersion: string | undefined;
   poll: number | false;
   onClose: () => void;
 }) {
@@ -110,6 +116,11 @@ export function NodePanel({
     refetchInterval: poll,
     enabled: meta.features.ledger,
   });
+  // biome-ignore lint/correctness/useExhaustiveDependencies: runVersion is the trigger
+  useEffect(() => {
+    void qc.invalidateQueries({ queryKey: ['step', runId, node] });
+    void qc.invalidateQueries({ queryKey: ['ledger', runId, node] });
+  }, [qc, runId, node, runVersion]);
   const retry = useMutation({
     mutationFn: () => post<RetryResponse>(`/runs/${seg(runId)}/retry`, { node }),
     onSuccess: async () => {

@@ -247,6 +247,7 @@ export function RunPage({ id: rawId, node: rawNode }: { id: string; node?: strin
               runId={id}
               node={node}
               runState={r.state}
+              runVersion={`${r.state}|${r.updatedAt}|${r.stepsRemaining}`}
               poll={runPoll}
               onClose={() => navigate(`/runs/${seg(id)}`)}
             />
