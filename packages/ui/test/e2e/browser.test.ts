@@ -585,6 +585,8 @@ describe(`the operator pages in Chromium under ${BASE}`, { timeout: 120_000 }, (
     await expect(page.locator('[data-testid=pause]').getAttribute('aria-pressed')).resolves.toBe(
       'true',
     );
+    // A poll that started just before the click may still be counted: settle first.
+    await new Promise((r) => setTimeout(r, 1_000));
     const paused = polls;
     await new Promise((r) => setTimeout(r, 4_000));
     expect(polls).toBe(paused);
