@@ -542,7 +542,7 @@ describe(`the operator pages in Chromium under ${BASE}`, { timeout: 120_000 }, (
     await page.close();
   });
 
-  it('follows a dark system theme, and the setting overrides it', async () => {
+  it('follows a dark system theme, the setting overrides it, and times show as chosen', async () => {
     const page = await newPage();
     await page.emulateMedia({ colorScheme: 'dark' });
     await page.goto(`${main.root}/`);
@@ -569,6 +569,19 @@ describe(`the operator pages in Chromium under ${BASE}`, { timeout: 120_000 }, (
     await expect
       .poll(() => page.locator('html').getAttribute('data-theme'), { timeout: SHOW_MS })
       .toBe('dark');
+    // Times: relative, then UTC (kept in the browser across pages).
+    await page.check('[data-testid=times-relative]');
+    await page.goto(`${main.root}/runs`);
+    const firstTime = page.locator('[data-testid=runs-table] tbody tr time').first();
+    await expect.poll(() => firstTime.textContent(), { timeout: SHOW_MS }).toMatch(/ago|now/);
+    await page.goto(`${main.root}/settings`);
+    await page.check('[data-testid=times-utc]');
+    await page.goto(`${main.root}/runs`);
+    await expect
+      .poll(() => firstTime.textContent(), { timeout: SHOW_MS })
+      .toMatch(/^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$/);
+    await page.goto(`${main.root}/settings`);
+    await page.check('[data-testid=times-local]');
     await page.close();
   });
 
