@@ -147,11 +147,18 @@ chosen AS MATERIALIZED (
                         coalesce($9::int - totals.win, $4::int))
 ),
 locked AS MATERIALIZED (
-  SELECT t.run_id, t.node FROM ${s}.cyclone_steps t JOIN chosen ch
-    ON t.run_id = ch.run_id AND t.node = ch.node
-  WHERE t.${CLAIMABLE} AND t.flow = 2
-  ORDER BY t.run_id, t.node
-  FOR UPDATE OF t SKIP LOCKED
+  -- Driven by the chosen steps, each locked by its primary key (LATERAL), in (run_id, node)
+  -- order. The re-check is written with coalesce so that it does not imply the limited
+  -- index's predicate: else, with a table not analyzed yet, the planner reads that whole index
+  -- for each step (measured: 2.5 ms a step at 4,500 claimable).
+  SELECT t.run_id, t.node
+  FROM (SELECT run_id, node FROM chosen ORDER BY run_id, node) ch
+  CROSS JOIN LATERAL (
+    SELECT s.run_id, s.node FROM ${s}.cyclone_steps s
+    WHERE s.run_id = ch.run_id AND s.node = ch.node AND s.${CLAIMABLE}
+      AND coalesce(s.flow, 0) = 2
+    FOR UPDATE SKIP LOCKED
+  ) t
 ),
 u AS (
   UPDATE ${s}.cyclone_steps t
@@ -336,7 +343,9 @@ WITH k AS (
   UPDATE ${s}.cyclone_steps t
   SET flow = 2, concurrency_key = i.ck, rate_limit_key = i.rk, updated_at = now()
   FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[]) AS i(run_id, node, ck, rk)
-  WHERE t.run_id = i.run_id AND t.node = i.node AND t.flow = 1 AND t.${CLAIMABLE}
+  -- coalesce: a re-check that does not imply cyclone_steps_keys_pending's predicate, so each
+  -- step is found by its primary key (see the limited claim's \`locked\`).
+  WHERE t.run_id = i.run_id AND t.node = i.node AND coalesce(t.flow, 0) = 1 AND t.${CLAIMABLE}
   RETURNING t.workflow
 )
 SELECT (SELECT count(*) FROM k)::int AS resolved,
@@ -352,7 +361,7 @@ WITH f AS (
   UPDATE ${s}.cyclone_steps
   SET state = 'discarded', errors = errors || jsonb_build_array($3::jsonb),
       lease_owner = NULL, lease_expires_at = NULL, updated_at = now()
-  WHERE run_id = $1 AND node = $2 AND flow = 1 AND ${CLAIMABLE}
+  WHERE run_id = $1 AND node = $2 AND coalesce(flow, 0) = 1 AND ${CLAIMABLE}
   RETURNING state
 ), run AS (
   UPDATE ${s}.cyclone_runs r
