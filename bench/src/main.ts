@@ -22,6 +22,7 @@ import {
   timerLateness,
 } from './cyclone-scenarios.js';
 import { fleetCost } from './fleet-rows.js';
+import { flowControl } from './flow-rows.js';
 import { otelCost } from './otel-rows.js';
 import { FULL, type Mode, QUICK, rows } from './plan.js';
 import { renderReport } from './report.js';
@@ -230,6 +231,13 @@ try {
     section('13. the cost of OpenTelemetry');
     if (has('cyclone')) await otelCost(ctx, mode, guard);
     else log('row 13 is Cyclone only: skipped (--systems has no cyclone)');
+  }
+  if (want(14) || want(15) || want(16)) {
+    section(
+      '14–16. flow control: a limit that holds nothing back, 100 keys at 1 each, 1,000 starts/s',
+    );
+    if (has('cyclone')) await flowControl(ctx, mode, guard);
+    else log('rows 14–16 are Cyclone only: skipped (--systems has no cyclone)');
   }
   if (want(17)) {
     section('17. the UI runs list on 1,000,000 finished runs');

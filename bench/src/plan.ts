@@ -1,5 +1,6 @@
 /** The two modes and the rows of the results table. */
 import { fleetRows } from './fleet-rows.js';
+import { flowRows } from './flow-rows.js';
 import { otelRows } from './otel-rows.js';
 import type { RowDef } from './results.js';
 import { uiRows } from './ui-rows.js';
@@ -274,6 +275,7 @@ export function rows(m: Mode): RowDef[] {
       digits: 0,
     },
     ...otelRows(m),
+    ...flowRows(m),
     ...uiRows(),
     ...fleetRows(m),
   );

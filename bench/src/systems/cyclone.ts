@@ -16,7 +16,7 @@ import {
 import pg from 'pg';
 import { chunks, packageVersion } from '../util.js';
 import { onJobStart } from './hooks.js';
-import type { Producer, System, Variant, Workload } from './types.js';
+import type { FlowWorkload, Producer, System, Variant, Workload } from './types.js';
 
 /** Worker options of each variant (besides `client` and `workflows`). */
 const VARIANTS: Record<Variant, Partial<WorkerOptions>> = {
@@ -56,6 +56,10 @@ export const noopFlow = newWorkflow<Record<string, unknown>>('bench_noop', {
   nodes: { a: { action: step } },
 });
 
+/** Whether `w` is a flow-control workload (rows 14–16). */
+const isFlowWorkload = (w: Workload): w is FlowWorkload =>
+  w === 'limited' || w === 'keyed' || w === 'rate';
+
 const fanOut = ['b1', 'b2', 'b3', 'b4', 'b5', 'b6', 'b7', 'b8'];
 /** 10 nodes: `a`, then `b1`…`b8` in parallel, then `z` after all eight. */
 export const dagFlow = newWorkflow<Record<string, unknown>>('bench_dag', {
@@ -84,7 +88,50 @@ export const waitFlow = newWorkflow<Record<string, unknown>>('bench_wait', {
   },
 });
 
-const FLOWS = { noop: noopFlow, dag: dagFlow, write: writeFlow } as const;
+/** Row 14: a no-op node whose action has a concurrency limit above any worker's concurrency. */
+export const limitedFlow = newWorkflow<Record<string, unknown>>('bench_limited', {
+  nodes: {
+    a: {
+      action: newAction('bench_limited', async (_ctx, input: unknown) => onJobStart(input), {
+        concurrency: { limit: 100_000 },
+      }),
+    },
+  },
+});
+
+/** Row 15: a no-op node whose action allows 1 at a time per key (`input.k`). */
+export const keyedFlow = newWorkflow<{ k?: string }>('bench_keyed', {
+  nodes: {
+    a: {
+      action: newAction('bench_keyed', async (_ctx, input: { k?: string }) => onJobStart(input), {
+        concurrency: { limit: 1, key: (i) => i.k },
+      }),
+    },
+  },
+});
+
+/** Row 16: a no-op node whose action starts at most 1,000 times per second. */
+export const rateFlow = newWorkflow<Record<string, unknown>>('bench_rate', {
+  nodes: {
+    a: {
+      action: newAction('bench_rate', async (_ctx, input: unknown) => onJobStart(input), {
+        rateLimit: { limit: 1_000, periodMs: 1_000 },
+      }),
+    },
+  },
+});
+
+/** Row 15's keys: run i gets key `k<i mod KEYS>`. */
+export const BENCH_KEYS = 100;
+
+const FLOWS = {
+  noop: noopFlow,
+  dag: dagFlow,
+  write: writeFlow,
+  limited: limitedFlow,
+  keyed: keyedFlow,
+  rate: rateFlow,
+} as const;
 
 function version(): string {
   const v = packageVersion('@cyclone/core');
@@ -125,16 +172,19 @@ export const system: System = {
       // `submitMany`: one statement per 1,000 runs (their steps included), one call per 1,000
       // like the peers' addJobs/insert.
       async bulk(workload: Workload, count: number) {
-        const flow = FLOWS[workload];
+        const flow = FLOWS[workload] as typeof noopFlow;
+        let i = 0;
         for (const n of chunks(count, 1_000)) {
           await client.submitMany(
             flow,
-            Array.from({ length: n }, () => ({})),
+            Array.from({ length: n }, () =>
+              workload === 'keyed' ? { k: `k${i++ % BENCH_KEYS}` } : {},
+            ),
           );
         }
       },
       async one(workload, payload) {
-        await client.submit(FLOWS[workload], payload);
+        await client.submit(FLOWS[workload] as typeof noopFlow, payload);
       },
       close: () => client.close(),
     };
@@ -179,7 +229,15 @@ export const system: System = {
         new Worker({
           client,
           // The wait workflow only for row 12, so that the claim of every other row is unchanged.
-          workflows: [noopFlow, dagFlow, writeFlow, ...(extra?.waitFlow ? [waitFlow] : [])],
+          // The wait workflow only for row 12 and a limited one only for its own row, so that
+          // the claim of every other row is unchanged.
+          workflows: [
+            noopFlow,
+            dagFlow,
+            writeFlow,
+            ...(extra?.waitFlow ? [waitFlow] : []),
+            ...(isFlowWorkload(spec.workload) ? [FLOWS[spec.workload] as typeof noopFlow] : []),
+          ],
           logger: consoleLogger('warn', { system: 'cyclone' }),
           ...VARIANTS[spec.variant],
           ...(extra?.concurrency ? { concurrency: extra.concurrency } : {}),

@@ -16,10 +16,24 @@ export const SYSTEM_NAMES: readonly SystemName[] = ['cyclone', 'graphile-worker'
  * - `write`: writes one row to `bench_rows` (Cyclone: on `ctx.completionTx()`; the peers: in
  *   the job's own transaction, as is idiomatic for each).
  */
-export type Workload = 'noop' | 'dag' | 'write';
+export type Workload = 'noop' | 'dag' | 'write' | FlowWorkload;
+
+/**
+ * Cyclone only (rows 14–16, flow control): a no-op step of an action with a limit — `limited` a
+ * concurrency limit of 100,000 (above any worker's concurrency), `keyed` 1 per key over 100 keys
+ * (run i has key `k<i mod 100>`), `rate` a rate limit of 1,000 starts per second.
+ */
+export type FlowWorkload = 'limited' | 'keyed' | 'rate';
 
 /** Jobs (peers) or steps (Cyclone) per enqueued unit of a workload. */
-export const JOBS_PER_UNIT: Record<Workload, number> = { noop: 1, dag: 10, write: 1 };
+export const JOBS_PER_UNIT: Record<Workload, number> = {
+  noop: 1,
+  dag: 10,
+  write: 1,
+  limited: 1,
+  keyed: 1,
+  rate: 1,
+};
 
 /**
  * A named configuration: `default` (the system's own defaults), `tuned` (the throughput
