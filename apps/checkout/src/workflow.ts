@@ -25,6 +25,11 @@
  *   the order went (SendGrid, its own scope: key `${runId}:followUp:follow-up`); only for orders
  *   that shipped.
  *
+ * - Flow control (docs/flow-control.md): one `charge` in flight per customer (keyed by e-mail),
+ *   and `sms` at most `smsPerSecond` starts per second across every worker (Twilio sends 1
+ *   segment per second from a long-code number); a step held back waits without using an
+ *   attempt.
+ *
  * Every completion-transaction write also appends a row to `checkout.order_events` (no unique
  * constraint), so a duplicate would be visible; the demo checks there is exactly one per
  * (order, node).
@@ -79,6 +84,11 @@ export interface Timings {
   reconcileCron: string;
   /** How far back a reconciliation looks at orders and Stripe's payments, ms. */
   reconcileLookbackMs: number;
+  /**
+   * Text messages sent per second at most, across every worker (the `sms` action's rate limit,
+   * docs/flow-control.md): Twilio sends 1 segment per second from a US long-code number.
+   */
+  smsPerSecond: number;
 }
 
 /** A shop's: a follow-up three days after the shipment, a day to approve, reconcile every 15 min. */
@@ -87,6 +97,7 @@ export const REAL_TIMINGS: Timings = Object.freeze({
   approvalTimeoutMs: 86_400_000,
   reconcileCron: '*/15 * * * *',
   reconcileLookbackMs: 86_400_000,
+  smsPerSecond: 1,
 });
 
 /** The demo's: everything within seconds. */
@@ -95,6 +106,7 @@ export const DEMO_TIMINGS: Timings = Object.freeze({
   approvalTimeoutMs: 4_000,
   reconcileCron: '*/3 * * * * *',
   reconcileLookbackMs: 86_400_000,
+  smsPerSecond: 20,
 });
 
 /**
@@ -245,7 +257,8 @@ export function checkoutWorkflow(providers?: Providers, timings: Timings = timin
       await resolvedUnknown(tx, ctx, 'stripe', unknown);
       return { paymentIntent: pi.id, amount: pi.amount };
     },
-    { backoff, timeout: 60_000 },
+    // One charge in flight per customer (by e-mail), however many orders they place at once.
+    { backoff, timeout: 60_000, concurrency: { limit: 1, key: (input) => input.email } },
   );
 
   const receipt = newAction(
@@ -293,7 +306,12 @@ export function checkoutWorkflow(providers?: Providers, timings: Timings = timin
       await resolvedUnknown(tx, ctx, 'twilio', unknown);
       return { sid: message.sid };
     },
-    { backoff, timeout: 60_000 },
+    // The sender's published rate, across every worker; a 429 that still comes snoozes.
+    {
+      backoff,
+      timeout: 60_000,
+      rateLimit: { limit: timings.smsPerSecond, periodMs: 1_000 },
+    },
   );
 
   const fulfil = newAction(
