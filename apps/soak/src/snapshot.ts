@@ -89,8 +89,27 @@ export interface SnapshotInput {
   faultPhaseEndedAt: number;
 }
 
+/**
+ * Reads the snapshot in one REPEATABLE READ transaction, so that every table is seen at one
+ * moment: a worker's last COMMIT can still land while it reads (one sent just before the stop's
+ * SIGKILL, or waiting for a synchronous standby), and two separate reads would see its step
+ * still running but its completionTx row already there.
+ */
 export async function takeSnapshot(i: SnapshotInput): Promise<Snapshot> {
-  const { pool } = i;
+  const c = await i.pool.connect();
+  try {
+    await c.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
+    const snapshot = await readSnapshot(c, i);
+    await c.query('COMMIT');
+    c.release();
+    return snapshot;
+  } catch (err) {
+    c.release(err as Error);
+    throw err;
+  }
+}
+
+async function readSnapshot(pool: pg.PoolClient, i: SnapshotInput): Promise<Snapshot> {
   const runs = await pool.query<RunRow>(
     `SELECT id, workflow, state, submit_key AS "submitKey" FROM cyclone.cyclone_runs`,
   );
