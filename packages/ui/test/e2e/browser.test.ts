@@ -287,6 +287,11 @@ describe(`the operator pages in Chromium under ${BASE}`, { timeout: 120_000 }, (
     await expect.poll(() => ledgerRow.count(), { timeout: SHOW_MS }).toBe(1);
     await expect(ledgerRow.getAttribute('data-phase')).resolves.toBe('succeeded');
     await expect(ledgerRow.textContent()).resolves.toContain('fakepay');
+    // What the provider answered, stored with the entry (replayed on the retry below).
+    await panel.locator('.ledger-answer summary').click();
+    await expect(panel.locator('[data-testid=payload-result]').textContent()).resolves.toContain(
+      '"ch_',
+    );
     await screenshot(page, 'node-panel-failed');
 
     await panel.locator('[data-testid=retry-node]').click();

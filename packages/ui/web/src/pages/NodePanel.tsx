@@ -58,7 +58,7 @@ export function LedgerTable({ items }: { items: LedgerEntry[] }) {
         </tr>
       </thead>
       <tbody>
-        {items.map((e) => (
+        {items.map((e) => [
           <tr key={e.key} data-phase={e.phase} data-testid="ledger-row">
             <td className="mono small" title={e.key}>
               {e.scope ? `…:${e.scope}` : e.key.split(':').slice(1).join(':') || e.key}
@@ -75,8 +75,19 @@ export function LedgerTable({ items }: { items: LedgerEntry[] }) {
             <td>
               <Time iso={e.updatedAt} />
             </td>
-          </tr>
-        ))}
+          </tr>,
+          e.result || e.error ? (
+            <tr key={`${e.key}/answer`} className="ledger-answer">
+              <td colSpan={6}>
+                <details>
+                  <summary>what the provider answered</summary>
+                  {e.result ? <PayloadView payload={e.result} label="result" /> : null}
+                  {e.error ? <PayloadView payload={e.error} label="error" /> : null}
+                </details>
+              </td>
+            </tr>
+          ) : null,
+        ])}
       </tbody>
     </table>
   );
