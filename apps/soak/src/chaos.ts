@@ -17,6 +17,9 @@
  * - `failover`: the primary killed, the synchronous standby promoted, the address moved to it
  *   (failover.ts); at most once per `failoverEveryMs`, and only with a standby in sync.
  *
+ * - `partition`: a worker's host cut off from the database and the fakes (its packets dropped)
+ *   for 3–4 leases, then healed (partition.ts); no kill or stall meanwhile.
+ *
  * The kinds are first taken in a shuffled round, and the 12 provider × fault pairs likewise, so
  * that even a short soak injects every kind; after that, at random.
  */
@@ -28,6 +31,7 @@ import { type Fakes, PROVIDER_FAULTS, type ProviderFault } from './fakes.js';
 import type { Fleet } from './fleet.js';
 import type { Journal, Orphan } from './journal.js';
 import type { FaultKind } from './options.js';
+import { injectPartition, type SoakHosts } from './partition.js';
 import { injectPgBouncerFault } from './pgbouncer.js';
 import type { Prng } from './prng.js';
 import type { Provider } from './workload.js';
@@ -43,6 +47,8 @@ export interface ChaosOptions {
   providerTimeoutMs: number;
   /** The workers' PgBouncer, when they go through one (the `pgbouncer` fault). */
   bouncer?: PgBouncer;
+  /** The workers' hosts, when the partition fault is on. */
+  hosts?: SoakHosts;
 }
 
 const PROVIDERS: readonly Provider[] = ['stripe', 'sendgrid', 'twilio'];
@@ -58,6 +64,8 @@ export class Chaos {
   private readonly stalled = new Set<number>();
   private readonly restarts = new Set<Promise<unknown>>();
   private lastFailover = 0;
+  /** When the fault phase is due to end (Date.now() ms). */
+  private endsAt = 0;
 
   constructor(
     private readonly db: SoakDatabase,
@@ -71,6 +79,9 @@ export class Chaos {
 
   start(): void {
     if (this.options.kinds.length === 0) return;
+    this.endsAt = Date.now() + this.options.durationMs;
+    // A partition first: it lasts several leases and must heal before the fault phase ends.
+    if (this.options.kinds.includes('partition')) this.round = ['partition'];
     // The first restart is due at half the interval, or 40 % into the fault phase if sooner.
     const firstDue = Math.min(this.options.pgRestartEveryMs / 2, this.options.durationMs * 0.4);
     this.lastRestart = Date.now() - this.options.pgRestartEveryMs + firstDue;
@@ -102,10 +113,16 @@ export class Chaos {
     const restartDue = Date.now() - this.lastRestart >= this.options.pgRestartEveryMs;
     // A restart waits while the replicated pair fails over or rebuilds its standby.
     const pairQuiet = !isReplicated(this.db) || this.db.quiet;
+    const partitioned = this.options.hosts?.anyCut() ?? false;
     const usable = this.options.kinds.filter(
       (k) =>
         (k !== 'pg-restart' || (restartDue && pairQuiet)) &&
-        (k !== 'failover' || this.failoverDue()),
+        (k !== 'failover' || this.failoverDue()) &&
+        // During a partition the fleet is one worker short: no kill or stall on top of it.
+        ((k !== 'kill' && k !== 'stall') || !partitioned) &&
+        // One partition at a time, healed before the fault phase ends.
+        (k !== 'partition' ||
+          (!partitioned && Date.now() + 4 * this.options.leaseMs + 2_000 <= this.endsAt)),
     );
     if (usable.length === 0) return undefined;
     if (this.round.length === 0) this.round = this.prng.shuffle(this.options.kinds);
@@ -130,6 +147,8 @@ export class Chaos {
         return this.stall();
       case 'pgbouncer':
         return this.pgbouncer();
+      case 'partition':
+        return this.partition();
       case 'failover':
         return this.failover();
     }
@@ -145,7 +164,7 @@ export class Chaos {
       admin: this.admin,
       journal: this.journal,
       prng: this.prng,
-      working: (slot) => !this.stalled.has(slot),
+      working: (slot) => !this.stalled.has(slot) && !this.options.hosts?.isCut(slot),
       track: (p) => {
         this.restarts.add(p);
         void p.finally(() => this.restarts.delete(p));
@@ -178,7 +197,30 @@ export class Chaos {
     return true;
   }
 
+  /** Cuts a worker's host off and heals it later (partition.ts). */
+  private partition(): Promise<boolean> {
+    const hosts = this.options.hosts;
+    if (!hosts) return Promise.resolve(false);
+    return injectPartition({
+      hosts,
+      fleet: this.fleet,
+      admin: this.admin,
+      journal: this.journal,
+      prng: this.prng,
+      leaseMs: this.options.leaseMs,
+      endsAt: this.endsAt,
+      busy: this.stalled,
+      heldBy: (workerId) => this.heldBy(workerId),
+      track: (p) => {
+        this.restarts.add(p);
+        void p.finally(() => this.restarts.delete(p));
+      },
+    });
+  }
+
   private pickWorker(): { slot: number; workerId: string } | undefined {
+    // Not during a partition: the fleet is one worker short already.
+    if (this.options.hosts?.anyCut()) return undefined;
     const live = this.fleet.live().filter((w) => !this.stalled.has(w.slot));
     if (live.length === 0) return undefined;
     const w = this.prng.pick(live);
@@ -286,6 +328,7 @@ export class Chaos {
 
   private async stall(): Promise<boolean> {
     // The worker holding the most steps: a stall should cost something.
+    if (this.options.hosts?.anyCut()) return false; // the fleet is one worker short already
     const live = this.fleet.live().filter((w) => !this.stalled.has(w.slot));
     if (live.length < 2) return false; // keep one worker free to do the rescuing
     const { rows } = await this.admin.query<{ owner: string; n: number }>(
@@ -322,6 +365,7 @@ export class Chaos {
     this.stopped = true;
     await this.loop;
     await Promise.all([...this.restarts]);
+    await this.options.hosts?.healAll();
     this.fakes.clearFaults();
     // Slots whose restart gave up get a worker now.
     for (let slot = 0; slot < this.fleet.slotCount; slot++) {

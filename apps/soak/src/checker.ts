@@ -18,6 +18,7 @@
  *   enabled fault kind was injected at least once.
  */
 import { type FailoverSummary, slowFailovers, summarizeFailovers } from './failover-check.js';
+import { type PartitionSummary, slowPartitions, summarizePartitions } from './partition-check.js';
 import {
   type PgBouncerSummary,
   slowPgBouncerFaults,
@@ -90,6 +91,8 @@ export interface Report {
     failovers: FailoverSummary;
     /** The workers' PgBouncer restarted or reconnected (the pgbouncer fault). */
     pgbouncer: PgBouncerSummary;
+    /** Workers' hosts cut off from the database (the partition fault). */
+    partitions: PartitionSummary;
   };
   recovery: {
     afterKill: Percentiles & { orphans: number; committedByDeadWorker: number; neverRerun: number };
@@ -381,6 +384,18 @@ export function check(s: Snapshot): Report {
           ),
         ]
       : []),
+    ...(s.options.faults.includes('partition')
+      ? [
+          inv(
+            `every partition taken over and its worker working again after the heal, each within ${s.options.maxRecoveryMs} ms`,
+            slowPartitions(s.faults, s.options.maxRecoveryMs),
+            (() => {
+              const p = summarizePartitions(s.faults);
+              return `takeover max ${p.takeover.max ?? '-'} ms, recovery max ${p.recovery.max ?? '-'} ms`;
+            })(),
+          ),
+        ]
+      : []),
     inv(
       'no worker process exited on its own',
       s.unexpectedExits,
@@ -457,6 +472,7 @@ export function check(s: Snapshot): Report {
       stalls: byKind.stall ?? 0,
       failovers: summarizeFailovers(s.faults),
       pgbouncer: summarizePgBouncerFaults(s.faults),
+      partitions: summarizePartitions(s.faults),
     },
     recovery: {
       afterKill: {

@@ -5,7 +5,7 @@
  * exit (an engine or adapter bug: the checker fails the soak), restarted too so the soak goes on.
  * Each process's stdout and stderr go to `<logDir>/worker-<slot>.<generation>.log`.
  */
-import { type ChildProcess, fork } from 'node:child_process';
+import { type ChildProcess, fork, spawn } from 'node:child_process';
 import { createWriteStream, type WriteStream } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -40,6 +40,11 @@ export interface FleetOptions {
   logDir: string;
   /** The environment of slot `i` (its database URL carries `application_name=soak-w<i>`). */
   envFor(slot: number): WorkerEnv;
+  /**
+   * A command that runs slot `i`'s node in place (`ip netns exec <ns>`: a host of its own, for
+   * the partition fault), or undefined to fork it directly.
+   */
+  wrapFor?(slot: number): string[] | undefined;
   onMessage(w: WorkerProcess, m: WorkerMessage): void;
 }
 
@@ -91,11 +96,15 @@ export class Fleet {
     const log: WriteStream = createWriteStream(logFile);
     const env = { ...process.env, ...this.options.envFor(slot) } as NodeJS.ProcessEnv;
     delete env.NODE_OPTIONS;
-    const proc = fork(WORKER_SCRIPT, [], {
-      execArgv: ['--conditions=@cyclone/source', '--import', 'tsx'],
-      env,
-      stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
-    });
+    const execArgv = ['--conditions=@cyclone/source', '--import', 'tsx'];
+    const wrap = this.options.wrapFor?.(slot);
+    // The wrapper execs node with the IPC channel's descriptor inherited, as fork() would.
+    const proc = wrap?.length
+      ? spawn(wrap[0] as string, [...wrap.slice(1), process.execPath, ...execArgv, WORKER_SCRIPT], {
+          env,
+          stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
+        })
+      : fork(WORKER_SCRIPT, [], { execArgv, env, stdio: ['ignore', 'pipe', 'pipe', 'ipc'] });
     proc.stdout?.pipe(log, { end: false });
     proc.stderr?.pipe(log, { end: false });
     const w: WorkerProcess = {

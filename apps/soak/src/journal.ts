@@ -44,6 +44,21 @@ export type FaultRecord =
     }
   | { kind: 'stall'; at: number; slot: number; workerId: string; ms: number; orphans: number }
   | {
+      kind: 'partition';
+      /** When the worker's host was cut off. */
+      at: number;
+      slot: number;
+      workerId: string;
+      /** How long it stayed cut off. */
+      cutMs: number;
+      /** Steps it held at the cut. */
+      orphans: number;
+      /** Cut → every step it held claimed again or ended; null until seen. */
+      takeoverMs: number | null;
+      /** Heal → its first handler start (new work, no restart); null until seen. */
+      recoveryMs: number | null;
+    }
+  | {
       kind: 'failover';
       /** When the primary was killed. */
       at: number;

@@ -4,6 +4,7 @@
  */
 import { parseArgs } from 'node:util';
 import { failoverUnavailable } from './failover.js';
+import { partitionUnavailable } from './partition.js';
 import { pgbouncerUnavailable } from './pgbouncer.js';
 
 /** The fault kinds (`--faults`). */
@@ -13,6 +14,7 @@ export const FAULT_KINDS = [
   'pg-restart',
   'provider',
   'stall',
+  'partition',
   'failover',
   'pgbouncer',
 ] as const;
@@ -187,6 +189,7 @@ export function parseOptions(argv: string[]): SoakOptions | 'help' {
   }
   const notes: string[] = [];
   faults = failoverFaults(faults, databaseUrl, f === undefined || f === 'all', notes);
+  faults = partitionFaults(faults, f === undefined || f === 'all', (n) => notes.push(n));
   const pgbouncer = pgbouncerFaults(faults, values.pgbouncer === true, f, notes);
   faults = pgbouncer.faults;
   return {
@@ -237,6 +240,24 @@ function failoverFaults(
   if (!fromAll) throw new UsageError(`--faults failover: ${why}`);
   notes.push(`failover left out: ${why}`);
   return faults.filter((k) => k !== 'failover');
+}
+
+/**
+ * `faults` with `partition` kept only where hosts can be made (root, iproute2, network
+ * namespaces); left out of `all` with a note, and a usage error when named.
+ * @throws UsageError when `partition` was asked for by name and cannot run.
+ */
+function partitionFaults(
+  faults: FaultKind[],
+  fromAll: boolean,
+  note: (line: string) => void,
+): FaultKind[] {
+  if (!faults.includes('partition')) return faults;
+  const why = partitionUnavailable();
+  if (why === undefined) return faults;
+  if (!fromAll) throw new UsageError(`--faults partition: ${why}`);
+  note(`partition left out: ${why}`);
+  return faults.filter((k) => k !== 'partition');
 }
 
 /**

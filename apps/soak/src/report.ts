@@ -78,6 +78,7 @@ export function formatReport(r: Report): string {
         ['worker event loop blocked past its lease', f.stalls],
         ...pgbouncerRows(r),
         ...failoverRows(r),
+        ...partitionRows(r),
         ...Object.entries(f.provider)
           .sort()
           .map(([k, v]) => [`provider ${k} (queued / hit)`, `${v.injected} / ${v.hits}`]),
@@ -161,6 +162,24 @@ function failoverRows(r: Report): (string | number)[][] {
       '  steps running at the kills; new standby built (max)',
       `${fo.heldSteps}; ${ms(fo.maxStandbyMs)}`,
     ],
+  ];
+}
+
+/** The partition rows of the faults table (none when the kind was off). */
+function partitionRows(r: Report): (string | number)[][] {
+  if (!r.config.faults.includes('partition')) return [];
+  const p = r.faults.partitions;
+  return [
+    ['worker host cut off (network partition; longest)', `${p.count}, ${ms(p.maxCutMs)}`],
+    [
+      '  takeover: cut → its steps claimed elsewhere (p50 / max)',
+      `${ms(p.takeover.p50)} / ${ms(p.takeover.max)}`,
+    ],
+    [
+      '  recovery: heal → it started new work (p50 / max)',
+      `${ms(p.recovery.p50)} / ${ms(p.recovery.max)}`,
+    ],
+    ['  steps held at the cuts; unfinished', `${p.heldSteps}; ${p.unfinished}`],
   ];
 }
 

@@ -22,6 +22,7 @@ import { Journal } from './journal.js';
 import { Load } from './load.js';
 import { Operator } from './operator.js';
 import type { SoakOptions } from './options.js';
+import { SoakHosts } from './partition.js';
 import { startSoakPgBouncer } from './pgbouncer.js';
 import { Prng } from './prng.js';
 import type { WorkerEnv } from './protocol.js';
@@ -57,7 +58,6 @@ export async function runSoak(
         ? `soak: dedicated embedded PostgreSQL at ${db.dataDir} (${new URL(db.url).port})`
         : 'soak: on the given database (no PostgreSQL restarts)',
   );
-
   const cleanups: (() => Promise<unknown>)[] = [() => db.close(options.keep)];
   let fleet: Fleet | undefined;
   const onExit = () => fleet?.killAll();
@@ -125,10 +125,16 @@ export async function runSoak(
         | 'SOAK_TWILIO_TOKEN'
       >),
     });
+    // The partition fault: every worker on a host of its own (partition.ts).
+    const hosts = options.faults.includes('partition')
+      ? await SoakHosts.start(options.workers, envFor(0))
+      : undefined;
+    if (hosts) cleanups.unshift(() => hosts.close());
     fleet = new Fleet({
       slots: options.workers,
       logDir: outDir,
-      envFor,
+      envFor: hosts ? (slot) => hosts.envFor(envFor(slot)) : envFor,
+      wrapFor: hosts ? (slot) => hosts.wrapFor(slot) : undefined,
       onMessage: (w, m) => {
         if (m.t === 'start') {
           journal.recordStart(m.runId, m.node, {
@@ -159,6 +165,7 @@ export async function runSoak(
       leaseMs: options.leaseMs,
       providerTimeoutMs: PROVIDER_TIMEOUT_MS,
       bouncer,
+      hosts,
     });
     const operator = new Operator(client, fakes, journal);
 

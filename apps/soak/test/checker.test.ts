@@ -7,6 +7,7 @@
 import { describe, expect, it } from 'vitest';
 import { check } from '../src/checker.js';
 import { parseDuration, parseOptions, UsageError } from '../src/options.js';
+import { partitionUnavailable } from '../src/partition.js';
 import type { Snapshot } from '../src/snapshot.js';
 
 const RUN = '11111111-1111-4111-8111-111111111111';
@@ -221,9 +222,15 @@ describe('soak options', () => {
     const o = parseOptions(['--faults', 'kill,stall', '--runs', '40', '--rate', '8']);
     expect(o).toMatchObject({ faults: ['kill', 'stall'], runs: 40, durationMs: 5_000 });
     expect(parseOptions(['--help'])).toBe('help');
-    // Never restart a server the soak did not start.
+    // Never restart a server the soak did not start; a partition where hosts can be made.
     expect(parseOptions(['--database-url', 'postgres://x@h/db'])).toMatchObject({
-      faults: ['kill', 'terminate', 'provider', 'stall'],
+      faults: [
+        'kill',
+        'terminate',
+        'provider',
+        'stall',
+        ...(partitionUnavailable() ? [] : ['partition']),
+      ],
     });
   });
 

@@ -1,8 +1,9 @@
 /**
  * The short soak of CI: the real `pnpm soak` program as a child process, for 20 s of faults of
  * every kind (SIGKILLed and stalled workers, terminated connections, a PostgreSQL restart,
- * provider faults, a failover to the synchronous standby) on its own servers (a primary and its
- * standby, or the embedded PostgreSQL where the server binaries for a standby are missing), then
+ * provider faults, a failover to the synchronous standby, a worker's host cut off by a network
+ * partition) on its own servers (a primary and its standby, or the embedded PostgreSQL where the
+ * server binaries for a standby are missing), then
  * the settle period and the invariant check. Every invariant must hold: nothing lost, nothing
  * stuck, no second completionTx row, no second provider effect, every unknown outcome ended,
  * every orphaned step ran again.
@@ -15,6 +16,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { Report } from '../src/checker.js';
 import { failoverUnavailable } from '../src/failover.js';
+import { partitionUnavailable } from '../src/partition.js';
 
 const APP_DIR = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 let out: string;
@@ -79,6 +81,8 @@ it('a 20 s soak with every fault kind loses nothing and duplicates nothing', asy
   expect(report.ok).toBe(true);
   // Every kind this machine can run: failover needs PostgreSQL's server binaries.
   if (!failoverUnavailable()) expect(report.config.faults).toContain('failover');
+  // And a partition needs root and network namespaces (CI has both).
+  if (!partitionUnavailable()) expect(report.config.faults).toContain('partition');
   for (const kind of report.config.faults) {
     expect(report.faults.byKind[kind] ?? 0).toBeGreaterThan(0);
   }
