@@ -14,7 +14,7 @@
  * stack drop its packets, which TCP treats as local congestion, not as loss on the path).
  * `heal(i)` sets the port forwarding again.
  *
- * Needs root, `ip` and `bridge` (iproute2) and network namespaces: `netnsSupport()` says why not,
+ * Needs root, `ip`, `bridge` and `ss` (iproute2) and network namespaces: `netnsSupport()` says why not,
  * for the test to report itself skipped. Everything created is removed by `close()`, by a process
  * `exit` hook when a test dies without it, and, for a process killed outright, by the next
  * `HostNetwork.create` (names carry the creating pid; those of dead pids are removed).
@@ -55,6 +55,9 @@ export function netnsSupport(): string | undefined {
     return 'network namespaces need root (run the test as root, as CI does)';
   for (const bin of [IP, BRIDGE]) {
     if (!existsSync(bin)) return `${bin} is missing (install iproute2)`;
+  }
+  if (!['/usr/bin/ss', '/bin/ss', '/usr/sbin/ss'].some((p) => existsSync(p))) {
+    return 'ss is missing (install iproute2)';
   }
   const probe = `cyclone-probe-${process.pid}`;
   try {
