@@ -57,12 +57,18 @@ const CORE_CODES: Record<string, [ApiStatus, ApiErrorCode]> = {
 
 /** SQLSTATE 57014: the statement was cancelled, here by the reader's `statement_timeout`. */
 const QUERY_CANCELED = '57014';
+/**
+ * SQLSTATE class 22, data exception: a value from the request PostgreSQL cannot take (a NUL
+ * character, a time or interval it cannot read or hold).
+ */
+const DATA_EXCEPTION = /^22[0-9A-Z]{3}$/;
 
 /**
  * `err` as an `ApiFailure`: itself; core's typed errors by code (a run that does not exist is
- * 404, a state that forbids the action 409); a statement timeout 503 `query_timeout`; a lost or
- * refused connection 503 `unavailable`; anything else 500 `internal` with a generic message (the
- * details go to the log, not to the page).
+ * 404, a state that forbids the action 409); a statement timeout 503 `query_timeout`; a value
+ * PostgreSQL cannot take (SQLSTATE class 22) 400 `bad_request`; a lost or refused connection 503
+ * `unavailable`; anything else 500 `internal` with a generic message (the details go to the log,
+ * not to the page).
  */
 export function toApiFailure(err: unknown): ApiFailure {
   if (err instanceof ApiFailure) return err;
@@ -71,7 +77,15 @@ export function toApiFailure(err: unknown): ApiFailure {
     if (mapped?.[1] === 'query_timeout') return queryTimeout();
     if (mapped) return new ApiFailure(mapped[0], mapped[1], err.message);
   }
-  if ((err as { code?: unknown } | null)?.code === QUERY_CANCELED) return queryTimeout();
+  const sqlState = (err as { code?: unknown } | null)?.code;
+  if (sqlState === QUERY_CANCELED) return queryTimeout();
+  if (typeof sqlState === 'string' && DATA_EXCEPTION.test(sqlState)) {
+    return new ApiFailure(
+      400,
+      'bad_request',
+      'A value in the request cannot be used (a NUL character, or a time or number out of range).',
+    );
+  }
   if (isConnectionError(err)) {
     return new ApiFailure(503, 'unavailable', 'The database cannot be reached right now.');
   }

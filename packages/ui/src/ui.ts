@@ -11,7 +11,6 @@ import { stderrLogger } from '@cyclone/core';
 import { createUiReader } from '@cyclone/core/internal';
 import { getRequestListener } from '@hono/node-server';
 import { type Context, Hono } from 'hono';
-import { bodyLimit } from 'hono/body-limit';
 import { secureHeaders } from 'hono/secure-headers';
 import { getPath } from 'hono/utils/url';
 import { type ActionHook, Actions } from './actions.js';
@@ -228,24 +227,18 @@ export function createUi(options: UiOptions): Ui {
     checkMutation(c.req.raw, trusted);
     return next();
   });
-  app.use(
-    '/api/*',
-    bodyLimit({
-      maxSize: client.maxPayloadBytes + 64 * 1024,
-      onError: () => {
-        throw new ApiFailure(400, 'bad_request', 'The request body is too large.');
-      },
-    }),
-  );
 
   const need = (c: Context<Env>, right: keyof Permissions) => {
     if (!c.get('can')[right]) {
       throw new ApiFailure(403, 'forbidden', `${c.get('user') ?? 'You'} may not ${right} here.`);
     }
   };
+  // An action's body: the largest payload the client takes, and room for the rest of the JSON.
+  const maxBody = client.maxPayloadBytes + 64 * 1024;
   const body = async (c: Context<Env>): Promise<unknown> => {
+    const text = await readBody(c.req.raw, maxBody);
     try {
-      return await c.req.json();
+      return JSON.parse(text);
     } catch {
       throw new ApiFailure(400, 'bad_request', 'The request body is not JSON.');
     }
@@ -428,6 +421,33 @@ function prepareIncoming(req: IncomingMessage): void {
   if (r.readableEnded && r.rawBody === undefined && r.body !== undefined) {
     r.rawBody = Buffer.from(typeof r.body === 'string' ? r.body : JSON.stringify(r.body));
   }
+}
+
+/**
+ * The request's body as UTF-8 text, at most `max` bytes: refused by its Content-Length when it
+ * has one, else counted as it streams (a chunked body has none). Read here rather than by Hono's
+ * body-limit middleware, which rebuilds the request with the global `Request` and so fails on the
+ * Node bridge's own request objects.
+ * @throws ApiFailure 400 `bad_request` when the body is larger.
+ */
+async function readBody(request: Request, max: number): Promise<string> {
+  const tooLarge = () => new ApiFailure(400, 'bad_request', 'The request body is too large.');
+  if (Number(request.headers.get('content-length') ?? 0) > max) throw tooLarge();
+  if (!request.body) return '';
+  const reader = request.body.getReader();
+  const parts: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > max) {
+      await reader.cancel().catch(() => {});
+      throw tooLarge();
+    }
+    parts.push(value);
+  }
+  return Buffer.concat(parts).toString('utf8');
 }
 
 function refusal(answer: Refused | undefined): ApiFailure {
