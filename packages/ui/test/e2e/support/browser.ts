@@ -70,6 +70,8 @@ export async function launchBrowser(): Promise<TestBrowser> {
 export async function screenshot(page: Page, name: string): Promise<string> {
   mkdirSync(ARTIFACTS, { recursive: true });
   const path = join(ARTIFACTS, `${name}.png`);
+  // From the top: a scrolled page would show its sticky top bar in the middle of the picture.
+  await page.locator('body').evaluate((body) => body.ownerDocument.defaultView?.scrollTo(0, 0));
   await page.screenshot({ path, fullPage: true });
   return path;
 }
