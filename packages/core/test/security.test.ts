@@ -47,6 +47,12 @@ const REVIEWED: Reviewed[] = [
   },
   {
     file: 'core/src/sql/flow.ts',
+    expression: 'BigInt.asIntN(64, key).toString()',
+    reason:
+      "beginLockedSql's advisory lock key: a bigint made by actionLockKey (a hash of the schema and action name), printed as a decimal integer, never data",
+  },
+  {
+    file: 'core/src/sql/flow.ts',
     expression: 'upstream(s)',
     reason:
       "claimLimitedFrom's upstream column: one of the two module builders UPSTREAM and NO_UPSTREAM (the parameter's type allows only those), given the quoted schema",

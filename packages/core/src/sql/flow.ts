@@ -3,11 +3,12 @@
  * discard of a step whose key cannot be computed, the usage that `listLimits` reports, and the
  * limits the workers record.
  *
- * Every limited claim of an action holds the action's advisory lock (`lockActionSql`, its own
+ * Every limited claim of an action holds the action's advisory lock (`beginLockedSql`, its own
  * statement at the start of the claim's transaction), so that the claim's statement, whose
  * snapshot is taken after the lock was granted, sees every admission the previous holder
  * committed: two claims never count the same free slot or window twice.
  */
+import { createHash } from 'node:crypto';
 import type { ClaimedStep } from './claim.js';
 import { defineStatement, type Queryable, type SqlScope, send } from './statement.js';
 
@@ -15,9 +16,21 @@ const CLAIMABLE = `state IN ('available', 'retryable', 'scheduled')`;
 /** The fairness key of a step: its concurrency key, else its rate-limit key, else ''. */
 const FAIR_KEY = `coalesce(concurrency_key, rate_limit_key, '')`;
 
-/** Takes the advisory lock of action $1 (a text naming schema and action) until the transaction ends. */
-export const lockActionSql = (_s: string) =>
-  `SELECT pg_advisory_xact_lock(hashtextextended($1::text, 0)) IS NULL AS locked`;
+/**
+ * Opens the claim's transaction and takes the advisory lock `key` (a 64-bit integer, see
+ * `actionLockKey`) in one round trip: a simple query of two statements, `BEGIN` and the lock,
+ * which holds until the transaction ends. The key is a number made here, never data.
+ */
+export const beginLockedSql = (key: bigint) =>
+  `BEGIN; SELECT pg_advisory_xact_lock(${BigInt.asIntN(64, key).toString()})`;
+
+/**
+ * The advisory lock key of `name` (schema and action): the first 8 bytes of its SHA-256 as a
+ * signed 64-bit integer. Two names with one key only serialize their claims needlessly.
+ */
+export function actionLockKey(name: string): bigint {
+  return createHash('sha256').update(name).digest().readBigInt64BE(0);
+}
 
 /**
  * The limited claim of one action, inside a transaction that holds the action's lock.
@@ -213,7 +226,6 @@ const UPSTREAM = (s: string) => `CASE WHEN cardinality(u.ancestors) = 0 THEN '{}
     (SELECT coalesce(jsonb_object_agg(a.node, a.output), '{}'::jsonb) FROM ${s}.cyclone_steps a
      WHERE a.run_id = u.run_id AND a.node = ANY(u.ancestors) AND a.state = 'completed') END`;
 
-const lockActionStatement = defineStatement('lock_action', lockActionSql);
 const claimLimitedStatement = defineStatement('claim_limited', claimLimitedSql);
 const claimLimitedWithoutUpstreamStatement = defineStatement(
   'claim_limited_without_upstream',
@@ -256,7 +268,8 @@ export interface LimitedClaim {
 
 /**
  * The limited claim of one action, in its own transaction on `on` (a dedicated connection):
- * BEGIN, the action's advisory lock, the claim, COMMIT. `lockName` names the lock (schema and
+ * BEGIN and the action's advisory lock (one round trip), the claim, COMMIT. `lockName` names the
+ * lock (schema and
  * action).
  */
 export async function claimLimited(
@@ -265,9 +278,8 @@ export async function claimLimited(
   lockName: string,
   p: LimitedClaimParams,
 ): Promise<LimitedClaim> {
-  await on.query('BEGIN');
+  await on.query(beginLockedSql(actionLockKey(lockName)));
   try {
-    await send(on, lockActionStatement(db), [lockName]);
     const l = p.limits;
     const { rows } = await send<ClaimedStep & { cursor: string | null; next_in_ms: number | null }>(
       on,
