@@ -278,8 +278,10 @@ export async function claimLimited(
   lockName: string,
   p: LimitedClaimParams,
 ): Promise<LimitedClaim> {
-  await on.query(beginLockedSql(actionLockKey(lockName)));
   try {
+    // In the try: a lock wait that fails (cancelled, timed out) leaves the transaction aborted,
+    // and the connection must not go back to its pool so.
+    await on.query(beginLockedSql(actionLockKey(lockName)));
     const l = p.limits;
     const { rows } = await send<ClaimedStep & { cursor: string | null; next_in_ms: number | null }>(
       on,
