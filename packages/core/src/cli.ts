@@ -65,12 +65,22 @@ export interface UiModule {
     basePath?: string;
     readOnly?: boolean;
     authorize?: unknown;
+    allowedHosts?: string[];
   }): {
     nodeHandler: (req: IncomingMessage, res: ServerResponse) => unknown;
     close?: () => Promise<void>;
   };
   basicAuth(user: string, password: string): unknown;
   bearerToken(token: string): unknown;
+}
+
+/** The loopback names `cyclone ui` answers to without auth (as @cyclone/ui's default). */
+const UI_LOOPBACK_NAMES = ['localhost', '127.0.0.1', '[::1]'];
+
+/** A listen address as a Host header names it: IPv6 in brackets. */
+function hostName(address: string): string {
+  const a = address.trim();
+  return a.includes(':') && !a.startsWith('[') ? `[${a}]` : a;
 }
 
 const RUN_STATES: readonly RunState[] = ['running', 'completed', 'failed', 'cancelled'];
@@ -495,7 +505,15 @@ export async function main(argv: readonly string[], io: Partial<CliIo> = {}): Pr
       '--basic-auth <user:password>',
       'require HTTP basic auth (default: $CYCLONE_UI_BASIC_AUTH; the variable keeps it out of ps)',
     )
-    .option('--token <token>', 'require Authorization: Bearer <token> (default: $CYCLONE_UI_TOKEN)')
+    .option(
+      '--token <token>',
+      'require Authorization: Bearer <token> (default: $CYCLONE_UI_TOKEN; spaces around it are trimmed)',
+    )
+    .option(
+      '--allowed-host <host[:port]>',
+      'a Host header to answer to besides the default (repeatable; for a reverse proxy): without auth only loopback names, with auth any host unless this is given',
+      (value: string, previous: string[] = []) => [...previous, value],
+    )
     .action(
       async (
         opts: {
@@ -505,13 +523,18 @@ export async function main(argv: readonly string[], io: Partial<CliIo> = {}): Pr
           basePath?: string;
           basicAuth?: string;
           token?: string;
+          allowedHost?: string[];
         },
         cmd: Command,
       ) => {
         const usage = (message: string) =>
           cmd.error(message, { exitCode: 2, code: 'cyclone.usage' });
         const basic = opts.basicAuth ?? (env.CYCLONE_UI_BASIC_AUTH || undefined);
-        const token = opts.token ?? (env.CYCLONE_UI_TOKEN || undefined);
+        // Trimmed: a token read from a file or variable often ends with a newline.
+        const token = (opts.token ?? (env.CYCLONE_UI_TOKEN || undefined))?.trim();
+        if (token !== undefined && (token === '' || /\s/.test(token))) {
+          usage('--token (or CYCLONE_UI_TOKEN) must be a non-blank token without spaces');
+        }
         if (basic !== undefined && token !== undefined) {
           usage('ui takes --basic-auth or --token, not both');
         }
@@ -531,12 +554,23 @@ export async function main(argv: readonly string[], io: Partial<CliIo> = {}): Pr
             : token !== undefined
               ? ui.bearerToken(token)
               : undefined;
+        // Without auth: loopback names and the address listened on (127.0.0.2, say), so a
+        // rebinding page's name is refused; with auth: any host unless --allowed-host names some.
+        const allowedHosts =
+          opts.allowedHost && opts.allowedHost.length > 0
+            ? authorize
+              ? opts.allowedHost
+              : [...UI_LOOPBACK_NAMES, hostName(opts.host), ...opts.allowedHost]
+            : authorize
+              ? undefined
+              : [...UI_LOOPBACK_NAMES, hostName(opts.host)];
         await withClient(cmd, async (client) => {
           const app = ui.createUi({
             client,
             basePath: opts.basePath,
             readOnly: opts.readOnly === true,
             authorize,
+            ...(allowedHosts ? { allowedHosts } : {}),
           });
           const server = createServer((req, res) => void app.nodeHandler(req, res));
           try {

@@ -2,9 +2,12 @@
  * `cyclone workers` and `cyclone ui`: the registered workers as a table and as JSON; the UI served
  * by @cyclone/ui on loopback (meta answers, read-only shown, basic auth enforced), refused on a
  * non-loopback address without auth, and a clear message when @cyclone/ui is not installed (a
- * child process outside the workspace, where nothing provides it).
+ * child process outside the workspace, where nothing provides it). The Host names it answers to
+ * (loopback without auth, so DNS rebinding is refused; `--allowed-host` for a proxy) and a blank
+ * or spaced token refused at start.
  */
 import { spawn } from 'node:child_process';
+import { request } from 'node:http';
 import { deferred } from '@cyclone/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { main, type UiModule } from '../src/cli.js';
@@ -106,6 +109,67 @@ describe('cyclone workers', () => {
       ]);
     } finally {
       await registry.stop();
+    }
+  });
+});
+
+/** GET `url` with this Host header (fetch sets its own); the status. */
+function statusWithHost(url: string, host: string, headers: Record<string, string> = {}) {
+  return new Promise<number>((resolve, reject) => {
+    const u = new URL(url);
+    const req = request(
+      { host: u.hostname, port: u.port, path: u.pathname, headers: { ...headers, Host: host } },
+      (res) => {
+        res.resume();
+        res.on('end', () => resolve(res.statusCode ?? 0));
+      },
+    );
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+describe('cyclone ui: hosts and tokens', () => {
+  it('answers loopback names only without auth, and the --allowed-host names', async () => {
+    const ui = await serve(['--allowed-host', 'ops.example', '--allowed-host', 'proxy:8080']);
+    try {
+      const meta = `${ui.url}api/meta`;
+      const port = new URL(ui.url).port;
+      expect(await statusWithHost(meta, `127.0.0.1:${port}`)).toBe(200);
+      expect(await statusWithHost(meta, `localhost:${port}`)).toBe(200);
+      expect(await statusWithHost(meta, 'ops.example')).toBe(200);
+      expect(await statusWithHost(meta, 'proxy:8080')).toBe(200);
+      expect(await statusWithHost(meta, 'proxy:8081')).toBe(403);
+      expect(await statusWithHost(meta, `rebind.attacker.example:${port}`)).toBe(403);
+    } finally {
+      expect((await ui.stop()).code).toBe(0);
+    }
+    const plain = await serve([]);
+    try {
+      const port = new URL(plain.url).port;
+      const meta = `${plain.url}api/meta`;
+      expect(await statusWithHost(meta, `rebind.attacker.example:${port}`)).toBe(403);
+    } finally {
+      expect((await plain.stop()).code).toBe(0);
+    }
+  });
+
+  it('refuses a blank token at start and trims one from the environment', async () => {
+    const blank = await cli(['ui', '--port', '0', '--token', ' ']);
+    expect(blank.code).toBe(2);
+    expect(blank.stderr).toMatch(/--token/);
+    const spaced = await cli(['ui', '--port', '0', '--token', 'a b']);
+    expect(spaced.code).toBe(2);
+    const ui = await serve([], { CYCLONE_UI_TOKEN: 's3cret\n' });
+    try {
+      const meta = `${ui.url}api/meta`;
+      const port = new URL(ui.url).port;
+      const auth = { Authorization: 'Bearer s3cret' };
+      expect(await statusWithHost(meta, `127.0.0.1:${port}`, auth)).toBe(200);
+      // With auth, any host unless --allowed-host names some.
+      expect(await statusWithHost(meta, `ops.example:${port}`, auth)).toBe(200);
+    } finally {
+      expect((await ui.stop()).code).toBe(0);
     }
   });
 });

@@ -122,16 +122,21 @@ export interface BearerOptions extends CredentialOptions {
 /**
  * An `authorize` hook for a shared bearer token (RFC 6750): `Authorization: Bearer <token>`,
  * compared in constant time; else 401 with `WWW-Authenticate: Bearer realm="Cyclone"`. Meant for
- * a reverse proxy or script that adds the header; a browser cannot send it on its own.
- * @throws TypeError when `token` is empty.
+ * a reverse proxy or script that adds the header; a browser cannot send it on its own. The header
+ * may have spaces around the token (they are not part of it); the token itself has none.
+ * @throws TypeError when `token` is empty or contains whitespace (no header could carry it, so
+ *   nobody could ever be let in: trim a token read from a file or variable first).
  */
 export function bearerToken(token: string, options: BearerOptions = {}): AuthorizeHook {
   if (!token) throw new TypeError('bearerToken needs a non-empty token');
+  if (/\s/.test(token)) {
+    throw new TypeError('bearerToken: a token cannot contain whitespace (trim it first)');
+  }
   const challenge = `Bearer realm=${quoted(options.realm ?? 'Cyclone')}`;
   const user = options.user ?? 'token';
   return (request) => {
     const header = request.headers.get('authorization') ?? '';
-    const match = /^Bearer[ ]+(\S+)\s*$/i.exec(header);
+    const match = /^\s*Bearer[ ]+(\S+)\s*$/i.exec(header);
     if (match?.[1] && sameSecret(match[1], token)) {
       return { user, ...(options.can ? { can: options.can } : {}) };
     }

@@ -15,9 +15,10 @@ export const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS']);
 /**
  * Checks a mutation's request: JSON content type (else 415), the custom header (else 403
  * `csrf`), `Sec-Fetch-Site` same-origin or none when present (else 403 `csrf`), and `Origin`,
- * when present, of this host or one of `trustedOrigins` (else 403 `csrf`). The host compared is
- * the request's own `Host` (a reverse proxy must pass it through; `trustedOrigins` names the
- * public origin otherwise).
+ * when present, of this scheme and host or one of `trustedOrigins` (else 403 `csrf`). The host
+ * compared is the request's own `Host` and the scheme the request's own (a reverse proxy must
+ * pass the Host through, and one that ends TLS makes the scheme http: `trustedOrigins` names
+ * the public origin then).
  * @throws ApiFailure as above.
  */
 export function checkMutation(request: Request, trustedOrigins: ReadonlySet<string>): void {
@@ -44,15 +45,53 @@ export function checkMutation(request: Request, trustedOrigins: ReadonlySet<stri
 
 function sameOrigin(origin: string, request: Request, trusted: ReadonlySet<string>): boolean {
   if (trusted.has(origin)) return true;
-  let host: string;
+  let parsed: URL;
   try {
     // `Origin: null` (a sandboxed frame, a file page) does not parse: refused.
-    host = new URL(origin).host;
+    parsed = new URL(origin);
   } catch {
     return false;
   }
-  const own = request.headers.get('host') ?? new URL(request.url).host;
-  return host.toLowerCase() === own.toLowerCase();
+  // An origin is scheme, host and port: https://h:1 is another origin than http://h:1.
+  const url = new URL(request.url);
+  if (parsed.protocol !== url.protocol) return false;
+  const own = request.headers.get('host') ?? url.host;
+  return parsed.host.toLowerCase() === own.toLowerCase();
+}
+
+/** The host names a UI without an `authorize` hook answers to by default: loopback only. */
+export const LOOPBACK_HOSTS: readonly string[] = Object.freeze(['localhost', '127.0.0.1', '[::1]']);
+
+/**
+ * A matcher of the request's `Host` header against `allowed` (host names, optionally with
+ * `:port`; a name without a port matches every port; case-insensitive). Refusing other hosts
+ * stops DNS rebinding: a page of another site whose name was made to resolve to this server
+ * sends its own name as `Host` (and as `Origin`), which no entry names.
+ * @throws TypeError for an entry that is empty, has a scheme or path, or a bad port.
+ */
+export function hostMatcher(allowed: readonly string[]): (request: Request) => boolean {
+  const entries = allowed.map((entry) => {
+    const parsed = splitHost(entry.trim());
+    if (!parsed || parsed.name === '') {
+      throw new TypeError(`allowedHosts: '${entry}' is not a host name with an optional :port`);
+    }
+    return parsed;
+  });
+  return (request) => {
+    const header = request.headers.get('host') ?? new URL(request.url).host;
+    const given = splitHost(header.trim());
+    if (!given) return false;
+    return entries.some((e) => e.name === given.name && (e.port === null || e.port === given.port));
+  };
+}
+
+/** `name[:port]` or `[v6][:port]`, lower-cased; null when it is not one. */
+function splitHost(value: string): { name: string; port: string | null } | null {
+  const match = /^(\[[0-9a-f:.]+\]|[^\s/:@[\]]*)(?::(\d{1,5}))?$/i.exec(value);
+  if (!match) return null;
+  const port = match[2] ?? null;
+  if (port !== null && Number(port) > 65535) return null;
+  return { name: (match[1] ?? '').toLowerCase().replace(/\.$/, ''), port };
 }
 
 /**

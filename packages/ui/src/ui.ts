@@ -26,7 +26,13 @@ import {
 import { ApiFailure, toApiFailure } from './errors.js';
 import { DEFAULT_PREVIEW_BYTES, type RedactHook } from './payload.js';
 import { loadLedgerReads, notFound, Reads } from './reads.js';
-import { CONTENT_SECURITY_POLICY, checkMutation, SAFE_METHODS } from './security.js';
+import {
+  CONTENT_SECURITY_POLICY,
+  checkMutation,
+  hostMatcher,
+  LOOPBACK_HOSTS,
+  SAFE_METHODS,
+} from './security.js';
 import {
   BULK_IDS_MAX,
   type MetaResponse,
@@ -75,6 +81,15 @@ export interface UiOptions {
    * `https://ops.example.com` when a proxy rewrites the Host header.
    */
   trustedOrigins?: string[];
+  /**
+   * The host names the UI answers to, compared with the request's `Host` header: `example.com`
+   * (any port) or `example.com:7801`, IPv6 in brackets (`[::1]`). Any other host is refused with
+   * 403 `host_not_allowed` on every request but the health checks and robots.txt, which stops DNS
+   * rebinding (a page of another site whose name now resolves to this server). Default: without
+   * `authorize`, loopback only (`localhost`, `127.0.0.1`, `[::1]`); with it, any host.
+   * @throws TypeError (from `createUi`) for an entry that is not a host name with an optional port.
+   */
+  allowedHosts?: string[];
   /** Polling interval the pages use, ms. Default 3,000. */
   refreshMs?: number;
   /** The pages show payloads collapsed until asked for. Default false. */
@@ -119,8 +134,8 @@ function defaultLogger(): Logger {
  * The operator UI for `options.client`'s database. Reads go through a reader of their own (a
  * small pool, each read a read-only transaction with a statement timeout); actions through the
  * client.
- * @throws TypeError for a bad `basePath` or a `maxBulk`/`previewBytes` that is not a positive
- *   integer.
+ * @throws TypeError for a bad `basePath`, a `maxBulk`/`previewBytes` that is not a positive
+ *   integer, or an `allowedHosts` entry that is not a host name with an optional port.
  */
 export function createUi(options: UiOptions): Ui {
   const basePath = normaliseBasePath(options.basePath);
@@ -130,6 +145,8 @@ export function createUi(options: UiOptions): Ui {
   const client = options.client;
   const logger = options.logger ?? defaultLogger();
   const trusted = new Set(options.trustedOrigins ?? []);
+  const allowedHosts = options.allowedHosts ?? (options.authorize ? null : LOOPBACK_HOSTS);
+  const hostAllowed = allowedHosts ? hostMatcher(allowedHosts) : () => true;
   const reader = createUiReader({
     client,
     ...(options.reader?.connectionString
@@ -197,6 +214,18 @@ export function createUi(options: UiOptions): Ui {
     } catch {
       return noStore(c.json({ ok: false, error: 'unavailable' }, 503));
     }
+  });
+
+  // Only the hosts named, before anything else (the checks above say nothing about runs).
+  app.use('*', async (c, next) => {
+    if (!hostAllowed(c.req.raw)) {
+      throw new ApiFailure(
+        403,
+        'host_not_allowed',
+        'This host name is not one this UI answers to (allowedHosts).',
+      );
+    }
+    return next();
   });
 
   // Who the user is, before anything else is answered.

@@ -99,6 +99,7 @@ export type ApiErrorCode =
   | 'forbidden' // 403: refused by the authorize hook, or the user lacks the right
   | 'read_only' // 403
   | 'csrf' // 403: cross-origin, or without the custom header
+  | 'host_not_allowed' // 403: the Host header is not one of allowedHosts (DNS rebinding)
   | 'not_found' // 404
   | 'run_not_found' // 404
   | 'node_not_found' // 404
