@@ -8,8 +8,8 @@ import { StrictMode } from 'react';
 import { createRoot } from 'react-dom/client';
 import { Router } from 'wouter';
 import { App } from './App.tsx';
-import { ApiFailure } from './api.ts';
 import { config } from './config.ts';
+import { retryQuery } from './retry.ts';
 import { SettingsProvider } from './settings.tsx';
 import './styles.css';
 
@@ -19,9 +19,8 @@ const queryClient = new QueryClient({
       refetchOnWindowFocus: false,
       refetchOnReconnect: false,
       refetchIntervalInBackground: false,
-      // Refusals and missing things do not get better by asking again at once.
-      retry: (count, error) =>
-        count < 2 && !(error instanceof ApiFailure && error.status >= 400 && error.status < 500),
+      // A server's answer shows at once (a statement timeout as the banner); polling asks again.
+      retry: retryQuery,
       staleTime: 1_000,
     },
   },
