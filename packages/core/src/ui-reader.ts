@@ -143,6 +143,8 @@ export interface UiStepSummary {
 export interface UiRunDetail {
   run: UiRunRow & {
     stepsActive: number;
+    /** All its steps, however many `steps` carries. */
+    stepsTotal: number;
     updatedAt: IsoTime;
     /** The input's stored size in bytes. */
     inputBytes: number;
@@ -558,6 +560,7 @@ export function uiReads(
           run: {
             ...runRow(r),
             stepsActive: r.steps_active,
+            stepsTotal: r.steps_total,
             updatedAt: iso(r.updated_at),
             inputBytes: r.input_bytes,
             debounceKey: r.debounce_key,

@@ -171,7 +171,12 @@ describe('lookup', () => {
 describe('a run and its steps', () => {
   it('lists the steps with their upstream nodes, no bodies', async () => {
     const run = await reader.getRun(diamondRun);
-    expect(run?.run).toMatchObject({ runId: diamondRun, state: 'completed', stepsActive: 0 });
+    expect(run?.run).toMatchObject({
+      runId: diamondRun,
+      state: 'completed',
+      stepsActive: 0,
+      stepsTotal: 4,
+    });
     expect(run?.truncated).toBe(false);
     expect(run?.steps.map((s) => [s.node, s.state, s.upstream.sort()])).toEqual([
       ['a', 'completed', []],
@@ -184,6 +189,8 @@ describe('a run and its steps', () => {
     const cut = await reader.getRun(diamondRun, { maxSteps: 2 });
     expect(cut?.steps).toHaveLength(2);
     expect(cut?.truncated).toBe(true);
+    // The whole run's count, not the steps this answer carries (the page's "steps left of").
+    expect(cut?.run.stepsTotal).toBe(4);
     expect(await reader.getRun(randomUUID())).toBeNull();
     expect(await reader.getRun('not-a-uuid')).toBeNull();
   });

@@ -161,6 +161,7 @@ export class Reads {
         ...runRow(r),
         updatedAt: r.updatedAt,
         stepsActive: r.stepsActive,
+        stepsTotal: r.stepsTotal,
         input,
         debounceKey: r.debounceKey,
         traceparent: r.traceparent,

@@ -101,6 +101,7 @@ describe('reads', () => {
     const runId = await failedChargeRun();
     const { body } = await getJson<RunResponse>(f.url, `/api/runs/${runId}`);
     expect(body.run).toMatchObject({ runId, workflow: 'charge', state: 'failed' });
+    expect(body.run.stepsTotal).toBe(body.steps.length);
     expect(body.run.input).toEqual({ bytes: 2, truncated: false, text: '{}' });
     const byNode = Object.fromEntries(body.steps.map((s) => [s.node, s]));
     expect(byNode.a).toMatchObject({ state: 'completed', ledger: { succeeded: 1 } });

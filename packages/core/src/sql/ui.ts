@@ -160,10 +160,15 @@ ORDER BY r.workflow LIMIT $2`;
 export const runBySubmitKeySql = (s: string) => `
 SELECT id, workflow FROM ${s}.cyclone_runs WHERE workflow = $1 AND submit_key = $2`;
 
-/** A run's header for its page: list columns, counters, sizes, keys. $1 run id. */
+/**
+ * A run's header for its page: list columns, counters, sizes, keys, and its number of steps
+ * (`steps_total`, counted on the steps' primary key: the page may carry only the first ones).
+ * $1 run id.
+ */
 export const runHeaderSql = (s: string) => `
 SELECT ${RUN_COLUMNS}, steps_active, updated_at, pg_column_size(input) AS input_bytes,
-       debounce_key, traceparent
+       debounce_key, traceparent,
+       (SELECT count(*) FROM ${s}.cyclone_steps st WHERE st.run_id = $1)::int AS steps_total
 FROM ${s}.cyclone_runs WHERE id = $1`;
 
 /** The columns of a step's summary (no bodies: sizes and the last error's first 300 chars). */

@@ -147,6 +147,8 @@ export interface RunDetail extends RunRow {
   updatedAt: string;
   /** Steps not yet finished. */
   stepsActive: number;
+  /** All the run's steps (nodes), also when `steps` carries only the first 2,000. */
+  stepsTotal: number;
   input: Payload | null;
   debounceKey: string | null;
   traceparent: string | null;

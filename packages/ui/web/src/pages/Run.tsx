@@ -25,6 +25,9 @@ const Dag = lazy(() => import('../dag/Dag.tsx'));
 /** Above this many nodes the list shows first; the graph is drawn on request. */
 const GRAPH_FIRST_MAX = 300;
 
+/** Rows the node list draws at first and per "show more" (thousands of rows stall each poll). */
+const LIST_PAGE = 200;
+
 /** A path parameter, decoded once more (the router leaves reserved characters escaped). */
 function safeDecode(s: string): string {
   try {
@@ -43,52 +46,64 @@ function StepList({
   steps: StepSummary[];
   selected: string | undefined;
 }) {
+  const [limit, setLimit] = useState(LIST_PAGE);
+  const rows = steps.length > limit ? steps.slice(0, limit) : steps;
   return (
-    <table className="table" data-testid="step-list">
-      <thead>
-        <tr>
-          <th>Node</th>
-          <th>Action</th>
-          <th>State</th>
-          <th className="num">Attempt</th>
-          <th>Started</th>
-          <th className="num">Duration</th>
-          <th>Last error</th>
-          <th className="num">Ledger</th>
-        </tr>
-      </thead>
-      <tbody>
-        {steps.map((s) => (
-          <tr
-            key={s.node}
-            data-node={s.node}
-            data-state={s.state}
-            className={s.node === selected ? 'selected' : undefined}
-          >
-            <td className="mono">
-              <Link href={`/runs/${seg(runId)}/nodes/${seg(s.node)}`}>{s.node}</Link>
-            </td>
-            <td>{s.action}</td>
-            <td>
-              <StateBadge state={s.state} />
-            </td>
-            <td className="num">
-              {s.attempt}/{s.maxAttempts}
-            </td>
-            <td>
-              <Time iso={s.startedAt} />
-            </td>
-            <td className="num">{formatDuration(stepDuration(s))}</td>
-            <td className="ellipsis" title={s.lastError ?? ''}>
-              {s.lastError ?? <span className="muted">—</span>}
-            </td>
-            <td className="num">
-              {s.ledger.succeeded + s.ledger.failed + s.ledger.started + s.ledger.unknown || '—'}
-            </td>
+    <>
+      <table className="table" data-testid="step-list">
+        <thead>
+          <tr>
+            <th>Node</th>
+            <th>Action</th>
+            <th>State</th>
+            <th className="num">Attempt</th>
+            <th>Started</th>
+            <th className="num">Duration</th>
+            <th>Last error</th>
+            <th className="num">Ledger</th>
           </tr>
-        ))}
-      </tbody>
-    </table>
+        </thead>
+        <tbody>
+          {rows.map((s) => (
+            <tr
+              key={s.node}
+              data-node={s.node}
+              data-state={s.state}
+              className={s.node === selected ? 'selected' : undefined}
+            >
+              <td className="mono">
+                <Link href={`/runs/${seg(runId)}/nodes/${seg(s.node)}`}>{s.node}</Link>
+              </td>
+              <td>{s.action}</td>
+              <td>
+                <StateBadge state={s.state} />
+              </td>
+              <td className="num">
+                {s.attempt}/{s.maxAttempts}
+              </td>
+              <td>
+                <Time iso={s.startedAt} />
+              </td>
+              <td className="num">{formatDuration(stepDuration(s))}</td>
+              <td className="ellipsis" title={s.lastError ?? ''}>
+                {s.lastError ?? <span className="muted">—</span>}
+              </td>
+              <td className="num">
+                {s.ledger.succeeded + s.ledger.failed + s.ledger.started + s.ledger.unknown || '—'}
+              </td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+      {steps.length > rows.length ? (
+        <p className="muted" data-testid="step-list-more">
+          {rows.length} of {steps.length} nodes shown.{' '}
+          <button type="button" onClick={() => setLimit(limit + LIST_PAGE)}>
+            Show {Math.min(LIST_PAGE, steps.length - rows.length)} more
+          </button>
+        </p>
+      ) : null}
+    </>
   );
 }
 
@@ -188,7 +203,7 @@ export function RunPage({ id: rawId, node: rawNode }: { id: string; node?: strin
           <dd>{formatDuration(between(r.createdAt, r.completedAt))}</dd>
           <dt>Steps left</dt>
           <dd>
-            {r.stepsRemaining} of {steps.length}
+            {r.stepsRemaining} of {r.stepsTotal}
           </dd>
         </dl>
       ) : null}
@@ -216,11 +231,18 @@ export function RunPage({ id: rawId, node: rawNode }: { id: string; node?: strin
                 List
               </button>
               {run.data?.truncated ? (
-                <span className="muted">
-                  Only the first {steps.length} nodes are shown (the run has more).
+                <span className="muted" data-testid="steps-truncated">
+                  Only the first {steps.length} of {r.stepsTotal} nodes are shown.
                 </span>
               ) : null}
             </div>
+            {steps.length > GRAPH_FIRST_MAX ? (
+              <p className="muted" data-testid="graph-large-note">
+                {shown === 'list'
+                  ? `This run has ${r.stepsTotal} nodes: the list shows first, as a graph this large takes long to draw.`
+                  : `Drawing ${steps.length} nodes; the list view is quicker.`}
+              </p>
+            ) : null}
             {shown === 'graph' ? (
               <Suspense fallback={<div className="dag loading">Loading the graph…</div>}>
                 <Dag
