@@ -15,8 +15,10 @@ import { recordedLimits } from './list-limits.js';
 import type { Logger } from './logger.js';
 import type { ClaimedStep } from './sql/claim.js';
 import {
+  ACTION_LOCK_WAIT_MS,
   claimLimited,
   discardKeyStep,
+  isLockWaitTimeout,
   type LimitValues,
   type ResolvedKeys,
   recordLimits,
@@ -149,26 +151,36 @@ export class FlowControl {
       const action = this.actions[(first + i) % n] as LimitedAction;
       const left = want - out.length;
       const perKey = Math.max(1, Math.min(left, action.perKeyCap ?? left));
-      const r = await withConnection(this.parts.controlPool, async (c) => {
-        this.parts.setClaimConn(c);
-        try {
-          return await claimLimited(c, this.parts.db, this.lockName(action.name), {
-            action: action.name,
-            workflows: this.workflowNames,
-            nodeKeys: this.nodeKeys,
-            want: left,
-            workerId: this.parts.workerId,
-            leaseMs: this.parts.leaseMs,
-            limits: action.values,
-            cursor: this.cursors.get(action.name) ?? '',
-            maxKeys: Math.min(256, Math.max(16, Math.ceil((4 * left) / perKey))),
-            perKey,
-            withoutUpstream,
-          });
-        } finally {
-          this.parts.setClaimConn(undefined);
-        }
-      });
+      let r: Awaited<ReturnType<typeof claimLimited>>;
+      try {
+        r = await withConnection(this.parts.controlPool, async (c) => {
+          this.parts.setClaimConn(c);
+          try {
+            return await claimLimited(c, this.parts.db, this.lockName(action.name), {
+              action: action.name,
+              workflows: this.workflowNames,
+              nodeKeys: this.nodeKeys,
+              want: left,
+              workerId: this.parts.workerId,
+              leaseMs: this.parts.leaseMs,
+              limits: action.values,
+              cursor: this.cursors.get(action.name) ?? '',
+              maxKeys: Math.min(256, Math.max(16, Math.ceil((4 * left) / perKey))),
+              perKey,
+              withoutUpstream,
+            });
+          } finally {
+            this.parts.setClaimConn(undefined);
+          }
+        });
+      } catch (err) {
+        if (!isLockWaitTimeout(err)) throw err;
+        // Another session holds the action's lock too long: this action waits for the next round.
+        this.parts.log.debug({ action: action.name }, 'limited claim skipped: action lock busy');
+        const at = Date.now() + ACTION_LOCK_WAIT_MS;
+        wakeAt = wakeAt === undefined ? at : Math.min(wakeAt, at);
+        continue;
+      }
       this.cursors.set(action.name, r.cursor);
       if (r.nextInMs !== undefined) {
         const at = Date.now() + r.nextInMs;

@@ -100,3 +100,37 @@ it('a limited claim cancelled while it waits for the action lock leaves no abort
     await worker.stop({ graceMs: 2_000 });
   }
 }, 90_000);
+
+it('a session holding an action lock holds up neither the plain claim nor the other work', async () => {
+  const worker = new Worker({
+    client,
+    workflows: [Limited, Plain],
+    concurrency: 4,
+    pollIntervalMs: 100,
+  });
+  const holder = await pool.connect();
+  try {
+    await worker.start();
+    await holder.query('BEGIN');
+    await holder.query('SELECT pg_advisory_xact_lock($1::bigint)', [
+      actionLockKey(`cyclone.flow:${client.db.q}:fcl_limited`).toString(),
+    ]);
+    const limited = await client.submit(Limited, {});
+    const plain = await Promise.all(Array.from({ length: 10 }, () => client.submit(Plain, {})));
+    // Every plain run completes while the lock is still held (it is held until the end of this).
+    for (const { runId } of plain) {
+      expect((await client.waitForRun(runId, { timeoutMs: 20_000, pollMs: 50 })).state).toBe(
+        'completed',
+      );
+    }
+    expect((await client.getRun(limited.runId)).state).toBe('running');
+    await holder.query('COMMIT');
+    expect((await client.waitForRun(limited.runId, { timeoutMs: 20_000, pollMs: 50 })).state).toBe(
+      'completed',
+    );
+  } finally {
+    await holder.query('ROLLBACK').catch(() => {});
+    holder.release();
+    await worker.stop({ graceMs: 2_000 });
+  }
+}, 90_000);

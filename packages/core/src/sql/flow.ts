@@ -16,13 +16,24 @@ const CLAIMABLE = `state IN ('available', 'retryable', 'scheduled')`;
 /** The fairness key of a step: its concurrency key, else its rate-limit key, else ''. */
 const FAIR_KEY = `coalesce(concurrency_key, rate_limit_key, '')`;
 
+/** How long a limited claim waits for its action's lock before it skips the action, ms (the `lock_timeout` in `beginLockedSql`). */
+export const ACTION_LOCK_WAIT_MS = 250;
+
 /**
  * Opens the claim's transaction and takes the advisory lock `key` (a 64-bit integer, see
- * `actionLockKey`) in one round trip: a simple query of two statements, `BEGIN` and the lock,
- * which holds until the transaction ends. The key is a number made here, never data.
+ * `actionLockKey`) in one round trip: a simple query of `BEGIN`, a `lock_timeout` of
+ * `ACTION_LOCK_WAIT_MS` for the lock alone, and the lock, which holds until the transaction
+ * ends. A holder that stalls (a frozen worker, a session left open) makes the wait fail with
+ * SQLSTATE 55P03 instead of holding up the whole claim loop. The key is a number made here,
+ * never data.
  */
 export const beginLockedSql = (key: bigint) =>
-  `BEGIN; SELECT pg_advisory_xact_lock(${BigInt.asIntN(64, key).toString()})`;
+  `BEGIN; SET LOCAL lock_timeout = 250; SELECT pg_advisory_xact_lock(${BigInt.asIntN(64, key).toString()}); SET LOCAL lock_timeout = 0`;
+
+/** True for the error of a lock wait that ran out (`lock_timeout`, SQLSTATE 55P03). */
+export function isLockWaitTimeout(err: unknown): boolean {
+  return (err as { code?: unknown } | null)?.code === '55P03';
+}
 
 /**
  * The advisory lock key of `name` (schema and action): the first 8 bytes of its SHA-256 as a
