@@ -20,6 +20,8 @@ import { scheduleNotice, UNCARRIED_AFTER_MS } from './schedules.js';
 import * as schedulesSql from './sql/schedules.js';
 import type { SqlScope } from './sql/statement.js';
 
+/** At most this many fire times within `lateAfterMs` of now fire in one tick (a cron of one a second gives 10). */
+const MAX_RECENT_FIRES = 60;
 /** Configuration of the scheduler. Durations in ms. */
 export interface SchedulerConfig {
   /**
@@ -227,7 +229,11 @@ export class Scheduler {
     const firesAfter = row.fires_after as Date;
     const cursor =
       row.last_fire_at && row.last_fire_at > firesAfter ? row.last_fire_at : firesAfter;
-    const limit = typeof s.catchUp === 'object' ? s.catchUp.max : 1;
+    // Fire times reached at most lateAfterMs late are not downtime (a slow tick on a busy
+    // machine): each fires, whatever the catch-up policy says of missed ones.
+    const recentFrom = new Date(Math.max(cursor.getTime(), dbNow.getTime() - this.lateAfterMs));
+    const recent = times.due(recentFrom, dbNow, MAX_RECENT_FIRES).fireTimes.length;
+    const limit = Math.max(typeof s.catchUp === 'object' ? s.catchUp.max : 1, recent);
     const { fireTimes, passedOver } = times.due(cursor, dbNow, limit);
     const latest = fireTimes[fireTimes.length - 1];
     if (!latest) return;
