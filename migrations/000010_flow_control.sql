@@ -28,6 +28,11 @@ CREATE INDEX cyclone_steps_limited ON {{schema}}.cyclone_steps
   (action, (coalesce(concurrency_key, rate_limit_key, '')), priority DESC, scheduled_at)
   WHERE state IN ('available', 'retryable', 'scheduled') AND flow = 2;
 
+-- Limited steps by due time: when the next one held for a later time (a delay, a snooze, a
+-- retry's backoff) comes due, for the worker's idle wait.
+CREATE INDEX cyclone_steps_limited_due ON {{schema}}.cyclone_steps (scheduled_at)
+  WHERE state IN ('available', 'retryable', 'scheduled') AND flow = 2;
+
 -- Steps whose keys are to be resolved, by due time.
 CREATE INDEX cyclone_steps_keys_pending ON {{schema}}.cyclone_steps (scheduled_at)
   WHERE state IN ('available', 'retryable', 'scheduled') AND flow = 1;

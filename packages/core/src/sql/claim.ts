@@ -169,9 +169,10 @@ export async function claimSteps(
  * by the database's clock (≤ 0: one is due already, say one that came due just after a claim
  * looked, or one another worker holds locked right now); no row when none is waiting. Steps of
  * flow 0 by priority (the claim's loose scan, then the first row of each priority), and steps
- * whose limit keys are still to be resolved (flow 1); not the steps held back by a limit
- * (flow 2), which the limited claim says when to look at again. Each read stops at its first
- * matching row.
+ * whose limit keys are still to be resolved (flow 1); of the limited steps (flow 2) only those
+ * due later (a delay, a snooze, a backoff), since one due now but held back by a limit would
+ * make the loop spin: the limited claim says when a rate limit lets one start, and a freed slot
+ * is seen at the next poll. Each read stops at its first matching row.
  */
 export const nextDueSql = (s: string) => `
 WITH RECURSIVE ${PRIORITIES(s)}
@@ -188,6 +189,14 @@ SELECT min(d.due_in_ms) AS due_in_ms FROM (
   (SELECT (extract(epoch FROM (scheduled_at - now())) * 1000)::float8
    FROM ${s}.cyclone_steps
    WHERE state IN ('available', 'retryable', 'scheduled') AND flow = 1
+     AND workflow = ANY($1::text[]) AND workflow || '/' || node = ANY($2::text[])
+   ORDER BY scheduled_at
+   LIMIT 1)
+  UNION ALL
+  (SELECT (extract(epoch FROM (scheduled_at - now())) * 1000)::float8
+   FROM ${s}.cyclone_steps
+   WHERE state IN ('available', 'retryable', 'scheduled') AND flow = 2
+     AND scheduled_at > now() AND scheduled_at < 'infinity'
      AND workflow = ANY($1::text[]) AND workflow || '/' || node = ANY($2::text[])
    ORDER BY scheduled_at
    LIMIT 1)
