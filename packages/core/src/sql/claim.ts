@@ -25,7 +25,7 @@ export const claimStepsSql = (s: string) => claimFrom(s, WITH_UPSTREAM);
  * of the claim index (the recursive part of a `WITH RECURSIVE`, named `p`); a final NULL row ends
  * it.
  */
-const PRIORITIES = (s: string) => `p AS (
+export const PRIORITIES = (s: string) => `p AS (
   (SELECT priority FROM ${s}.cyclone_steps
    WHERE state IN ('available', 'retryable', 'scheduled') AND flow = 0
    ORDER BY priority DESC LIMIT 1)

@@ -1,4 +1,5 @@
 /** What the metrics read of the queue: a capped count of the ready steps and the oldest one's age. */
+import { PRIORITIES } from './claim.js';
 import { defineStatement, type Queryable, type SqlScope, send } from './statement.js';
 
 /**
@@ -10,17 +11,7 @@ import { defineStatement, type Queryable, type SqlScope, send } from './statemen
  * count) or one (the age), however long the backlog and the history are.
  */
 export const queueStatsSql = (s: string) => `
-WITH RECURSIVE p AS (
-  (SELECT priority FROM ${s}.cyclone_steps
-   WHERE state IN ('available', 'retryable', 'scheduled') AND flow = 0
-   ORDER BY priority DESC LIMIT 1)
-  UNION ALL
-  SELECT (SELECT t.priority FROM ${s}.cyclone_steps t
-          WHERE t.state IN ('available', 'retryable', 'scheduled') AND t.flow = 0
-            AND t.priority < p.priority
-          ORDER BY t.priority DESC LIMIT 1)
-  FROM p WHERE p.priority IS NOT NULL
-), due AS (
+WITH RECURSIVE ${PRIORITIES(s)}, due AS (
   SELECT x.scheduled_at FROM p CROSS JOIN LATERAL (
     SELECT scheduled_at FROM ${s}.cyclone_steps
     WHERE state IN ('available', 'retryable', 'scheduled') AND flow = 0
