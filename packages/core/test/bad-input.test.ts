@@ -371,6 +371,17 @@ describe('bad input', () => {
     try {
       for (let i = 0; i < 4; i++) {
         await new Promise((r) => setTimeout(r, 150));
+        // Each round kills what the worker has reconnected since the last (its claim loop backs
+        // off a few hundred ms after a failed statement): wait until it has something open.
+        for (let waited = 0; waited < 5_000; waited += 20) {
+          const { rows: open } = await killer.query(
+            `SELECT count(*)::int AS n FROM pg_stat_activity
+             WHERE datname = $1 AND pid <> pg_backend_pid()`,
+            [db.name],
+          );
+          if ((open[0]?.n ?? 0) > 0) break;
+          await new Promise((r) => setTimeout(r, 20));
+        }
         const { rows } = await killer.query(
           `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
            WHERE datname = $1 AND pid <> pg_backend_pid()`,
