@@ -81,6 +81,12 @@ const REVIEWED: Reviewed[] = [
     reason:
       "completeFrom's input: one of the two module constants BATCH_INPUT and ONE_INPUT (the parameter's type allows only those), fixed SQL with placeholders",
   },
+  ...['core/src/sql/complete.ts', 'core/src/sql/flow.ts'].map((file) => ({
+    file,
+    expression: 'runStepDiscardedSql(s)',
+    reason:
+      "the run's side of a step's discard (sql/discard.ts), given the quoted schema: fixed SQL of Cyclone's own, shared by the two discards so they cannot drift, never data",
+  })),
   {
     file: 'core/src/listener.ts',
     expression: 'parts.channel',

@@ -6,7 +6,10 @@
  * as the step transition that moves them, under the run row's lock, so two upstream nodes
  * finishing at once never both miss a join and a run is completed (or failed) exactly once.
  */
+
+import { runStepDiscardedSql } from './discard.js';
 import type { StepAttempt } from './heartbeat.js';
+import { completionArrays } from './array-literal.js';
 import { defineStatement, type Queryable, type SqlScope, send } from './statement.js';
 
 /**
@@ -131,11 +134,7 @@ WITH f AS (
   WHERE run_id = $1 AND node = $2 AND attempt = $3 AND state = 'running'
   RETURNING state
 ), run AS (
-  UPDATE ${s}.cyclone_runs r
-  SET steps_active = r.steps_active - 1,
-      state = CASE WHEN r.state = 'running' AND r.steps_active = 1 THEN 'failed' ELSE r.state END,
-      completed_at = CASE WHEN r.state = 'running' AND r.steps_active = 1 THEN now() ELSE r.completed_at END,
-      updated_at = now()
+  ${runStepDiscardedSql(s)}
   FROM f WHERE r.id = $1 AND f.state = 'discarded'
   RETURNING r.state
 )
@@ -209,11 +208,13 @@ export async function completeSteps(
   db: SqlScope,
   steps: readonly StepCompletion[],
 ): Promise<StepAttempt[]> {
+  // Sent as array literals built in one pass (cheaper than pg's per-element serialization).
+  const a = completionArrays(steps);
   const { rows } = await send<StepAttempt>(on, completeStepsStatement(db), [
-    steps.map((p) => p.runId),
-    steps.map((p) => p.node),
-    steps.map((p) => p.attempt),
-    steps.map((p) => p.output),
+    a.runIds,
+    a.nodes,
+    a.attempts,
+    a.outputs,
     db.channel,
   ]);
   return rows;

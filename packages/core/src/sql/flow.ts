@@ -10,6 +10,7 @@
  */
 import { createHash } from 'node:crypto';
 import type { ClaimedStep } from './claim.js';
+import { runStepDiscardedSql } from './discard.js';
 import { defineStatement, type Queryable, type SqlScope, send } from './statement.js';
 
 const CLAIMABLE = `state IN ('available', 'retryable', 'scheduled')`;
@@ -389,11 +390,7 @@ WITH f AS (
   WHERE run_id = $1 AND node = $2 AND coalesce(flow, 0) = 1 AND ${CLAIMABLE}
   RETURNING state
 ), run AS (
-  UPDATE ${s}.cyclone_runs r
-  SET steps_active = r.steps_active - 1,
-      state = CASE WHEN r.state = 'running' AND r.steps_active = 1 THEN 'failed' ELSE r.state END,
-      completed_at = CASE WHEN r.state = 'running' AND r.steps_active = 1 THEN now() ELSE r.completed_at END,
-      updated_at = now()
+  ${runStepDiscardedSql(s)}
   FROM f WHERE r.id = $1
   RETURNING r.state
 )
