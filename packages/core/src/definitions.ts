@@ -100,6 +100,7 @@ function checkName(kind: string, owner: string, name: unknown): asserts name is 
     throw new WorkflowDefinitionError(
       owner,
       `${kind} name ${JSON.stringify(name)} is not a plain identifier (a letter or _, then letters, digits, _ or -, at most 63 characters)`,
+      kind === 'action' ? 'action' : 'workflow',
     );
   }
 }
@@ -116,31 +117,23 @@ export function newAction<I = unknown, O = unknown>(
   options: ActionOptions<I> = {},
 ): Action<I, O> {
   checkName('action', String(name), name);
-  if (typeof handler !== 'function') {
-    throw new WorkflowDefinitionError(name, 'handler must be a function');
-  }
+  const bad = (message: string) => new WorkflowDefinitionError(name, message, 'action');
+  if (typeof handler !== 'function') throw bad('handler must be a function');
   const maxAttempts = options.maxAttempts ?? DEFAULT_MAX_ATTEMPTS;
   if (!Number.isInteger(maxAttempts) || maxAttempts < 1) {
-    throw new WorkflowDefinitionError(
-      name,
-      `maxAttempts must be an integer ≥ 1, got ${maxAttempts}`,
-    );
+    throw bad(`maxAttempts must be an integer ≥ 1, got ${maxAttempts}`);
   }
   if (
     options.timeout !== undefined &&
     !(Number.isInteger(options.timeout) && options.timeout > 0 && options.timeout <= MAX_TIMER_MS)
   ) {
-    throw new WorkflowDefinitionError(
-      name,
+    throw bad(
       `timeout must be a positive integer of at most ${MAX_TIMER_MS} (ms), got ${options.timeout}`,
     );
   }
   const maxSnoozes = options.maxSnoozes ?? DEFAULT_MAX_SNOOZES;
   if (!Number.isInteger(maxSnoozes) || maxSnoozes < 0) {
-    throw new WorkflowDefinitionError(
-      name,
-      `maxSnoozes must be an integer ≥ 0, got ${String(options.maxSnoozes)}`,
-    );
+    throw bad(`maxSnoozes must be an integer ≥ 0, got ${String(options.maxSnoozes)}`);
   }
   return Object.freeze({
     kind: 'action' as const,
@@ -162,7 +155,7 @@ export function newAction<I = unknown, O = unknown>(
  *   with (or both without) a key.
  */
 function actionLimits<I>(name: string, options: ActionOptions<I>): ActionLimits | undefined {
-  const bad = (message: string) => new WorkflowDefinitionError(name, message);
+  const bad = (message: string) => new WorkflowDefinitionError(name, message, 'action');
   const list = <T>(field: string, v: T | readonly T[] | undefined): T[] => {
     if (v === undefined) return [];
     const items = Array.isArray(v) ? [...(v as readonly T[])] : [v as T];

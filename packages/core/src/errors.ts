@@ -99,10 +99,18 @@ export function isNonRetryable(err: unknown): boolean {
 export class WorkflowDefinitionError extends CycloneError {
   /** The workflow (or action) name the definition was for. */
   readonly workflow: string;
+  /** Whether `workflow` names a workflow or an action; the message starts with it. */
+  readonly kind: 'workflow' | 'action';
 
-  constructor(workflow: string, message: string) {
-    super('WORKFLOW_DEFINITION', `workflow '${workflow}': ${message}`);
+  /**
+   * @param workflow the name of the workflow or action being defined.
+   * @param message what is wrong.
+   * @param kind what `workflow` names (default 'workflow'), so an action's error says `action 'x'`.
+   */
+  constructor(workflow: string, message: string, kind: 'workflow' | 'action' = 'workflow') {
+    super('WORKFLOW_DEFINITION', `${kind} '${workflow}': ${message}`);
     this.workflow = workflow;
+    this.kind = kind;
   }
 }
 

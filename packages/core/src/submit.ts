@@ -134,6 +134,16 @@ function stepColumns<RI>(workflow: SubmittableWorkflow<RI>): StepColumns {
 }
 
 /**
+ * A bad option's value as an error message shows it: a string quoted and said to be one
+ * (`'3' (a string)`, at most 40 characters of it), since a bare `got 3` reads as the number;
+ * anything else as `String` prints it.
+ */
+function shownValue(v: unknown): string {
+  if (typeof v !== 'string') return String(v);
+  return `'${v.length > 40 ? `${v.slice(0, 40)}…` : v}' (a string)`;
+}
+
+/**
  * The run's priority from `options` (default 0).
  * @throws InputValidationError unless it is an integer from `MIN_PRIORITY` to `MAX_PRIORITY`;
  *   nothing is written.
@@ -145,7 +155,7 @@ function priorityOf(workflow: string, options: SubmitOptions): number {
     throw new InputValidationError(workflow, [
       {
         path: ['priority'],
-        message: `priority must be an integer from ${MIN_PRIORITY} to ${MAX_PRIORITY}, got ${String(p)}`,
+        message: `priority must be an integer from ${MIN_PRIORITY} to ${MAX_PRIORITY}, got ${shownValue(p)}`,
       },
     ]);
   }
@@ -193,7 +203,7 @@ function checkDelay(workflow: string, path: string[], ms: unknown): void {
     throw new InputValidationError(workflow, [
       {
         path,
-        message: `${path.join('.')} must be a number of ms from 0 to ${MAX_DELAY_MS} (10 years), got ${String(ms)}`,
+        message: `${path.join('.')} must be a number of ms from 0 to ${MAX_DELAY_MS} (10 years), got ${shownValue(ms)}`,
       },
     ]);
   }

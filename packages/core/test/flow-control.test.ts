@@ -300,6 +300,37 @@ describe('bad limits and priorities', () => {
     expect(ok.limits?.keyedRate?.periodMs).toBe(1000);
   });
 
+  it("a bad option's message names the action, and shows a string as a string", async () => {
+    const thrown = (fn: () => unknown): Error => {
+      try {
+        fn();
+      } catch (err) {
+        return err as Error;
+      }
+      throw new Error('nothing was thrown');
+    };
+    const limit = thrown(() => newAction('msg_limit', noop, { concurrency: { limit: 0 } }));
+    expect(limit).toBeInstanceOf(WorkflowDefinitionError);
+    expect(limit.message).toMatch(/^action 'msg_limit': concurrency\.limit must be an integer/);
+    expect((limit as WorkflowDefinitionError).kind).toBe('action');
+    const attempts = thrown(() => newAction('msg_attempts', noop, { maxAttempts: 0 }));
+    expect(attempts.message).toMatch(/^action 'msg_attempts': maxAttempts/);
+    // A workflow's own errors still name the workflow.
+    const empty = thrown(() => newWorkflow('msg_empty', { nodes: {} }));
+    expect(empty.message).toMatch(/^workflow 'msg_empty': /);
+
+    const Wf = newWorkflow('msg_prio', {
+      nodes: { only: { action: newAction('msg_prio', noop) } },
+    });
+    await expect(client.submit(Wf, {}, { priority: '3' } as never)).rejects.toThrow(
+      "priority must be an integer from -1000 to 1000, got '3' (a string)",
+    );
+    await expect(client.submit(Wf, {}, { priority: 3.5 })).rejects.toThrow(/, got 3\.5$/);
+    await expect(client.submit(Wf, {}, { delayMs: '5' } as never)).rejects.toThrow(
+      "got '5' (a string)",
+    );
+  });
+
   it('refuses a priority outside -1000..1000 or not an integer, in every submit form; nothing is written', async () => {
     const Wf = newWorkflow('prio_bad', {
       nodes: { only: { action: newAction('prio_bad', noop) } },
