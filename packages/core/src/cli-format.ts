@@ -254,7 +254,7 @@ export function formatLimits(limits: LimitInfo[]): string {
       l.kind === 'concurrency'
         ? `concurrency ${l.limit}`
         : `rate ${l.limit}/${formatDuration(l.periodMs ?? 0)}`,
-      l.key === null ? '-' : truncate(l.key, 40),
+      l.key !== null ? truncate(l.key, 40) : l.keyed ? '(no key in use)' : '-',
       String(l.held),
       capped(l.waiting),
     ]),

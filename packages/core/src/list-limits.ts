@@ -54,7 +54,9 @@ export function recordedLimits(action: string, limits: ActionLimits): RecordedLi
  * The limits and their use. The limits are those of `workflows` when given (the definitions of
  * the calling process), else those the workers recorded when they started (`cyclone_limits`:
  * the CLI has no definitions). One row per limit without a key, and one per key with running or
- * waiting steps (or admissions in the window) for a limit with a key; sorted by action, kind, key.
+ * waiting steps (or admissions in the window) for a limit with a key, or a single row with key
+ * null and zeros when no key is in use (an idle action is listed too); sorted by action, kind,
+ * key (null first: the limit without a key, then a limit with a key and none in use).
  */
 export async function listLimits(
   db: Db,
@@ -81,7 +83,12 @@ export async function listLimits(
     const sum = (xs: { n: number }[]) => xs.reduce((a, x) => a + x.n, 0);
     const waitingAll = Math.min(LIST_LIMITS_CAP, sum(waiting));
     for (const l of list) {
-      const base = { action, kind: l.kind, limit: l.limit, periodMs: l.period_ms };
+      const base = { action, kind: l.kind, keyed: l.keyed, limit: l.limit, periodMs: l.period_ms };
+      // A limit with a key and no key in use is still listed, so an idle action shows.
+      const perKey = (keys: Map<string, { held: number; waiting: number }>) => {
+        if (keys.size === 0) out.push({ ...base, key: null, held: 0, waiting: 0 });
+        for (const [key, v] of keys) out.push({ ...base, key, ...v });
+      };
       if (l.kind === 'concurrency') {
         if (!l.keyed) {
           out.push({ ...base, key: null, held: sum(held), waiting: waitingAll });
@@ -91,7 +98,7 @@ export async function listLimits(
         const at = (k: string) => usage(keys, k);
         for (const h of held) if (h.key !== null) at(h.key).held += h.n;
         for (const w of waiting) if (w.ck !== null) at(w.ck).waiting += w.n;
-        for (const [key, v] of keys) out.push({ ...base, key, ...v });
+        perKey(keys);
         continue;
       }
       const window = await admissions(db.pool, db, { action, periodMs: l.period_ms ?? 0 });
@@ -103,7 +110,7 @@ export async function listLimits(
       const at = (k: string) => usage(keys, k);
       for (const a of window) if (a.key !== '') at(a.key).held += a.n;
       for (const w of waiting) if (w.rk !== null) at(w.rk).waiting += w.n;
-      for (const [key, v] of keys) out.push({ ...base, key, ...v });
+      perKey(keys);
     }
   }
   const kindOrder = (k: string) => (k === 'concurrency' ? 0 : 1);
@@ -111,7 +118,13 @@ export async function listLimits(
     (a, b) =>
       a.action.localeCompare(b.action) ||
       kindOrder(a.kind) - kindOrder(b.kind) ||
-      (a.key === null ? -1 : b.key === null ? 1 : a.key.localeCompare(b.key)),
+      (a.key === b.key
+        ? Number(a.keyed) - Number(b.keyed)
+        : a.key === null
+          ? -1
+          : b.key === null
+            ? 1
+            : a.key.localeCompare(b.key)),
   );
 }
 

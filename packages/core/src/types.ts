@@ -164,9 +164,12 @@ export interface LimitInfo {
   action: string;
   /** `concurrency` or `rate`. */
   kind: 'concurrency' | 'rate';
+  /** Whether the limit has a key (counts each key's steps apart). */
+  keyed: boolean;
   /**
    * The key, one row per key with running or waiting steps, for a limit with a key; null for the
-   * action's limit without a key (which counts every step of the action).
+   * action's limit without a key (which counts every step of the action), and for a limit with a
+   * key when no key is in use (its one row then has `held` and `waiting` 0).
    */
   key: string | null;
   limit: number;

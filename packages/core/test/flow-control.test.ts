@@ -245,6 +245,7 @@ describe('limits with retries, snoozes, completionTx, cancel and operator retry'
         action: 'combo_work',
         kind: 'concurrency',
         key: null,
+        keyed: false,
         limit: 2,
         periodMs: null,
         held: 0,
@@ -354,6 +355,38 @@ describe('bad limits and priorities', () => {
 });
 
 describe('cyclone limits', () => {
+  it('lists an idle action whose only limits have a key: a row per limit, with no key in use', async () => {
+    const byK = (i: { k: string }) => i.k;
+    const Idle = newAction('cli_idle_keyed', async () => null, {
+      concurrency: { limit: 2, key: byK },
+      rateLimit: { limit: 3, periodMs: 500, key: byK },
+    });
+    const Wf = newWorkflow('cli_idle_keyed', { nodes: { only: { action: Idle } } });
+    const w = await startWorker({ client, workflows: [Wf] });
+    const base = { action: 'cli_idle_keyed', key: null, keyed: true, held: 0, waiting: 0 };
+    const expected = [
+      { ...base, kind: 'concurrency', limit: 2, periodMs: null },
+      { ...base, kind: 'rate', limit: 3, periodMs: 500 },
+    ];
+    // As recorded by the worker when its claim loop starts (the CLI's source), and from the
+    // definitions. Before, an idle limit with a key had no row: the action was not listed.
+    const recorded = await waitFor('the worker to record its limits', async () => {
+      const l = (await client.listLimits()).filter((x) => x.action === 'cli_idle_keyed');
+      return l.length > 0 ? l : undefined;
+    });
+    expect(recorded).toEqual(expected);
+    expect(await client.listLimits({ workflows: [Wf] })).toEqual(expected);
+    let stdout = '';
+    await main(['--database-url', db.url, 'limits'], {
+      stdout: { write: (s: string) => (stdout += s) },
+      stderr: { write: () => true },
+      env: {},
+    });
+    expect(stdout).toMatch(/cli_idle_keyed\s+concurrency 2\s+\(no key in use\)\s+0\s+0/);
+    expect(stdout).toMatch(/cli_idle_keyed\s+rate 3\/500ms\s+\(no key in use\)\s+0\s+0/);
+    await w.stop({ graceMs: 1_000 });
+  }, 60_000);
+
   it('lists the limits the workers recorded, per key, as a table and as JSON', async () => {
     const gate = deferred();
     const Keyed = newAction(
@@ -388,6 +421,7 @@ describe('cyclone limits', () => {
         action: 'cli_keyed',
         kind: 'concurrency',
         key: null,
+        keyed: false,
         limit: 5,
         periodMs: null,
         held: 2,
@@ -397,6 +431,7 @@ describe('cyclone limits', () => {
         action: 'cli_keyed',
         kind: 'concurrency',
         key: 'a',
+        keyed: true,
         limit: 1,
         periodMs: null,
         held: 1,
@@ -406,6 +441,7 @@ describe('cyclone limits', () => {
         action: 'cli_keyed',
         kind: 'concurrency',
         key: 'b',
+        keyed: true,
         limit: 1,
         periodMs: null,
         held: 1,
