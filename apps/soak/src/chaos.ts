@@ -31,7 +31,7 @@ import { type Fakes, PROVIDER_FAULTS, type ProviderFault } from './fakes.js';
 import type { Fleet } from './fleet.js';
 import type { Journal, Orphan } from './journal.js';
 import type { FaultKind } from './options.js';
-import { injectPartition, type SoakHosts } from './partition.js';
+import { injectPartition, recoveringFromPartition, type SoakHosts } from './partition.js';
 import { injectPgBouncerFault } from './pgbouncer.js';
 import type { Prng } from './prng.js';
 import type { Provider } from './workload.js';
@@ -44,6 +44,8 @@ export interface ChaosOptions {
   pgRestartEveryMs: number;
   failoverEveryMs: number;
   leaseMs: number;
+  /** `--max-recovery` (ms): a healed worker is spared kills and stalls this long at most. */
+  maxRecoveryMs: number;
   providerTimeoutMs: number;
   /** The workers' PgBouncer, when they go through one (the `pgbouncer` fault). */
   bouncer?: PgBouncer;
@@ -208,6 +210,7 @@ export class Chaos {
       journal: this.journal,
       prng: this.prng,
       leaseMs: this.options.leaseMs,
+      maxRecoveryMs: this.options.maxRecoveryMs,
       endsAt: this.endsAt,
       busy: this.stalled,
       heldBy: (workerId) => this.heldBy(workerId),
@@ -221,10 +224,21 @@ export class Chaos {
   private pickWorker(): { slot: number; workerId: string } | undefined {
     // Not during a partition: the fleet is one worker short already.
     if (this.options.hosts?.anyCut()) return undefined;
-    const live = this.fleet.live().filter((w) => !this.stalled.has(w.slot));
+    const live = this.fleet.live().filter((w) => this.spareable(w));
     if (live.length === 0) return undefined;
     const w = this.prng.pick(live);
     return { slot: w.slot, workerId: w.workerId };
+  }
+
+  /**
+   * True when `w` may be killed or stalled now: not stalled already, and not healed from a
+   * partition without having worked since (a kill then would leave its recovery unseen).
+   */
+  private spareable(w: { slot: number; workerId: string }): boolean {
+    return (
+      !this.stalled.has(w.slot) &&
+      !recoveringFromPartition(this.journal, w.workerId, this.options.maxRecoveryMs)
+    );
   }
 
   /** The steps leased to `workerId` and running, read with retries (the server may be down). */
@@ -329,7 +343,7 @@ export class Chaos {
   private async stall(): Promise<boolean> {
     // The worker holding the most steps: a stall should cost something.
     if (this.options.hosts?.anyCut()) return false; // the fleet is one worker short already
-    const live = this.fleet.live().filter((w) => !this.stalled.has(w.slot));
+    const live = this.fleet.live().filter((w) => this.spareable(w));
     if (live.length < 2) return false; // keep one worker free to do the rescuing
     const { rows } = await this.admin.query<{ owner: string; n: number }>(
       `SELECT lease_owner AS owner, count(*)::int AS n FROM cyclone.cyclone_steps
@@ -366,6 +380,15 @@ export class Chaos {
     await this.loop;
     await Promise.all([...this.restarts]);
     await this.options.hosts?.healAll();
+    // A worker healed last gets its chance to work again while runs are still going (bounded by
+    // --max-recovery); else the settle period may end first and leave its recovery unseen.
+    while (
+      this.fleet
+        .live()
+        .some((w) => recoveringFromPartition(this.journal, w.workerId, this.options.maxRecoveryMs))
+    ) {
+      await new Promise((r) => setTimeout(r, 200));
+    }
     this.fakes.clearFaults();
     // Slots whose restart gave up get a worker now.
     for (let slot = 0; slot < this.fleet.slotCount; slot++) {

@@ -391,7 +391,8 @@ export function check(s: Snapshot): Report {
             slowPartitions(s.faults, s.options.maxRecoveryMs),
             (() => {
               const p = summarizePartitions(s.faults);
-              return `takeover max ${p.takeover.max ?? '-'} ms, recovery max ${p.recovery.max ?? '-'} ms`;
+              const un = p.unmeasured.length ? `, ${p.unmeasured.length} not measurable` : '';
+              return `takeover max ${p.takeover.max ?? '-'} ms, recovery max ${p.recovery.max ?? '-'} ms${un}`;
             })(),
           ),
         ]

@@ -55,8 +55,16 @@ export type FaultRecord =
       orphans: number;
       /** Cut → every step it held claimed again or ended; null until seen. */
       takeoverMs: number | null;
+      /** When it was healed; null until then. */
+      healedAt: number | null;
       /** Heal → its first handler start (new work, no restart); null until seen. */
       recoveryMs: number | null;
+      /**
+       * Why the recovery could not be measured (its process ended, killed or stopped by the
+       * soak, within `--max-recovery` of the heal and before any handler start); null otherwise.
+       * A partition with neither this nor `recoveryMs` failed.
+       */
+      unmeasured: string | null;
     }
   | {
       kind: 'failover';
@@ -115,6 +123,11 @@ export class Journal {
   readonly losses: Loss[] = [];
   /** Handler starts by `${runId}:${node}`. */
   readonly starts = new Map<string, StartEvent[]>();
+  /**
+   * Each worker's handler start times (Date.now() ms in the worker), in the order they came: one
+   * process's IPC messages arrive in the order it sent them.
+   */
+  readonly startsBy = new Map<string, number[]>();
   readonly operator: OperatorAction[] = [];
   /** Submissions that failed and were tried again (e.g. while PostgreSQL was down). */
   submitRetries = 0;
@@ -124,5 +137,20 @@ export class Journal {
     const list = this.starts.get(k);
     if (list) list.push(e);
     else this.starts.set(k, [e]);
+    const mine = this.startsBy.get(e.workerId);
+    if (mine) mine.push(e.at);
+    else this.startsBy.set(e.workerId, [e.at]);
+  }
+
+  /** The first handler start of `workerId` after `since` (ms), or undefined. */
+  firstStartAfter(workerId: string, since: number): number | undefined {
+    const mine = this.startsBy.get(workerId) ?? [];
+    let first: number | undefined;
+    for (let i = mine.length - 1; i >= 0; i--) {
+      const at = mine[i] as number;
+      if (at <= since) break;
+      first = at;
+    }
+    return first;
   }
 }

@@ -2,8 +2,11 @@
  * The partitions' part of the report (a pure function of the recorded faults): how many, how
  * long the hosts were cut off, the takeover (cut → every step the worker held claimed again or
  * ended) and the recovery (heal → the worker's first handler start). Its invariant: every
- * partition was taken over and recovered, each within `--max-recovery`. That nothing was lost or
- * done twice across them is what the other invariants check.
+ * partition was taken over and recovered, each within `--max-recovery`. A recovery that could not
+ * be seen for a reason of the soak's own (the worker's process killed or stopped by it within
+ * `--max-recovery` of the heal, before any start) is listed as unmeasured with that reason, not
+ * as a failure. That nothing was lost or done twice across them is what the other invariants
+ * check.
  */
 import type { FaultSummary } from './snapshot.js';
 
@@ -17,6 +20,8 @@ export interface PartitionSummary {
   recovery: { p50: number | null; max: number | null };
   /** Partitions whose steps were never taken over, or whose worker never worked again. */
   unfinished: number;
+  /** Partitions whose recovery could not be measured, and why (see the module comment). */
+  unmeasured: { at: number; workerId: string; reason: string }[];
 }
 
 type Partition = Extract<FaultSummary, { kind: 'partition' }>;
@@ -36,25 +41,36 @@ export function summarizePartitions(faults: readonly FaultSummary[]): PartitionS
     maxCutMs: max(ps.map((f) => f.cutMs)),
     takeover: { p50: p50(takeover), max: max(takeover) },
     recovery: { p50: p50(recovery), max: max(recovery) },
-    unfinished: ps.filter((f) => f.takeoverMs === null || f.recoveryMs === null).length,
+    unfinished: ps.filter(
+      (f) => f.takeoverMs === null || (f.recoveryMs === null && f.unmeasured === null),
+    ).length,
+    unmeasured: ps.flatMap((f) =>
+      f.recoveryMs === null && f.unmeasured !== null
+        ? [{ at: f.at, workerId: f.workerId, reason: f.unmeasured }]
+        : [],
+    ),
   };
 }
 
-/** The partitions not taken over or not recovered, or either later than `maxRecoveryMs`. */
+/**
+ * The partitions not taken over or not recovered, or either later than `maxRecoveryMs`; an
+ * unmeasured recovery (with its reason) is not counted against it.
+ */
 export function slowPartitions(faults: readonly FaultSummary[], maxRecoveryMs: number): unknown[] {
   return faults
     .filter((f): f is Partition => f.kind === 'partition')
     .filter(
       (f) =>
         f.takeoverMs === null ||
-        f.recoveryMs === null ||
+        (f.recoveryMs === null && f.unmeasured === null) ||
         f.takeoverMs > maxRecoveryMs ||
-        f.recoveryMs > maxRecoveryMs,
+        (f.recoveryMs !== null && f.recoveryMs > maxRecoveryMs),
     )
     .map((f) => ({
       at: f.at,
       workerId: f.workerId,
       cutMs: f.cutMs,
+      healedAt: f.healedAt,
       takeoverMs: f.takeoverMs,
       recoveryMs: f.recoveryMs,
     }));

@@ -11,7 +11,9 @@
  * only when it heals before the fault phase ends, while there is work to take.
  * Measured in the background: the takeover (cut → every step it held was claimed again or had
  * ended) and the recovery (heal → its first handler start: it claimed new work by itself, never
- * restarted). The longer partition that outlasts the engine's `deadConnectionMs` is
+ * restarted). Until that start (or `--max-recovery` after the heal) the chaos neither kills nor
+ * stalls the healed worker and the fault phase does not end, since either would leave the
+ * recovery unseen; one still unseen for such a reason carries it in `unmeasured`. The longer partition that outlasts the engine's `deadConnectionMs` is
  * packages/idempotency/test/partition.netns.test.ts.
  *
  * The forwarders stand for a proxy in front of PostgreSQL configured to find dead clients
@@ -206,6 +208,8 @@ export interface PartitionContext {
   journal: Journal;
   prng: Prng;
   leaseMs: number;
+  /** `--max-recovery`: how long a healed worker has to start new work (ms). */
+  maxRecoveryMs: number;
   /** When the fault phase ends: a partition must be healed well before (new work to take). */
   endsAt: number;
   /** Slots not to cut (stalled right now). */
@@ -251,7 +255,9 @@ export async function injectPartition(ctx: PartitionContext): Promise<boolean> {
     cutMs,
     orphans: orphans.length,
     takeoverMs: null,
+    healedAt: null,
     recoveryMs: null,
+    unmeasured: null,
   };
   journal.faults.push(record);
   // The measurements end by themselves (found, or given up after a few minutes); the heal is
@@ -261,30 +267,72 @@ export async function injectPartition(ctx: PartitionContext): Promise<boolean> {
     (async () => {
       await new Promise((r) => setTimeout(r, cutMs));
       await hosts.heal(w.slot);
-      void measureRecovery(journal, w.workerId, Date.now(), record);
+      record.healedAt = Date.now();
+      void measureRecovery(journal, fleet, ctx.maxRecoveryMs, record, record.healedAt);
     })(),
   );
   return true;
 }
 
 /**
- * Sets `recoveryMs` once the worker started a handler after the heal (a claim of its own). Waits
- * at most two minutes; null means it never did.
+ * Sets `recoveryMs` once the worker started a handler after the heal (a claim of its own): the
+ * time of that start, as the worker reported it, minus the heal's. When its process ended first
+ * (killed, or stopped at the end of the soak) within `maxRecoveryMs` of the heal, the recovery
+ * could not be seen and `unmeasured` says why; later than that it stays null, a failure: the
+ * worker had its whole allowance and did not work. Waits at most two minutes.
  */
 async function measureRecovery(
   journal: Journal,
-  workerId: string,
-  healedAt: number,
+  fleet: Fleet,
+  maxRecoveryMs: number,
   record: PartitionRecord,
+  healedAt: number,
 ): Promise<void> {
   const deadline = healedAt + 120_000;
+  const seen = () => {
+    const first = journal.firstStartAfter(record.workerId, healedAt);
+    if (first === undefined) return false;
+    record.recoveryMs = first - healedAt;
+    return true;
+  };
   while (Date.now() < deadline) {
-    if (startedSince(journal, workerId, healedAt)) {
-      record.recoveryMs = Date.now() - healedAt;
+    if (seen()) return;
+    const exit = fleet.byWorkerId(record.workerId)?.exit;
+    if (exit) {
+      // Its last starts' messages come before its exit; read them once more.
+      if (seen()) return;
+      const after = exit.at - healedAt;
+      if (after < maxRecoveryMs) {
+        const killed = journal.losses.some(
+          (l) => l.cause === 'kill' && l.workerId === record.workerId && l.at >= healedAt,
+        );
+        record.unmeasured = `its process was ${killed ? 'killed by the soak' : 'stopped at the end of the soak'} ${after} ms after the heal, before it started new work`;
+      }
       return;
     }
     await new Promise((r) => setTimeout(r, 200));
   }
+}
+
+/**
+ * True while `workerId` was healed from a partition less than `maxRecoveryMs` ago and has not
+ * started new work since: a kill or a stall now would hide whether it recovers by itself.
+ */
+export function recoveringFromPartition(
+  journal: Journal,
+  workerId: string,
+  maxRecoveryMs: number,
+  now = Date.now(),
+): boolean {
+  return journal.faults.some(
+    (f) =>
+      f.kind === 'partition' &&
+      f.workerId === workerId &&
+      f.healedAt !== null &&
+      f.recoveryMs === null &&
+      f.unmeasured === null &&
+      now < f.healedAt + maxRecoveryMs,
+  );
 }
 
 /** Sets `takeoverMs` once every step held at the cut was claimed again or had ended. */
@@ -317,19 +365,4 @@ async function measureTakeover(
     }
     await new Promise((r) => setTimeout(r, 200));
   }
-}
-
-/**
- * True when `workerId` reported a handler start after `since`. Each step's starts are in the
- * order they came, so each list is read from its end back to `since`.
- */
-function startedSince(journal: Journal, workerId: string, since: number): boolean {
-  for (const list of journal.starts.values()) {
-    for (let i = list.length - 1; i >= 0; i--) {
-      const e = list[i];
-      if (!e || e.at <= since) break;
-      if (e.workerId === workerId) return true;
-    }
-  }
-  return false;
 }

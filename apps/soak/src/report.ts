@@ -180,6 +180,8 @@ function partitionRows(r: Report): (string | number)[][] {
       `${ms(p.recovery.p50)} / ${ms(p.recovery.max)}`,
     ],
     ['  steps held at the cuts; unfinished', `${p.heldSteps}; ${p.unfinished}`],
+    // Each partition whose recovery could not be seen, with the reason (never a bare null).
+    ...p.unmeasured.map((u) => [`  recovery not measurable (${u.workerId})`, u.reason]),
   ];
 }
 

@@ -163,6 +163,7 @@ export async function runSoak(
       pgRestartEveryMs: options.pgRestartEveryMs,
       failoverEveryMs: options.failoverEveryMs,
       leaseMs: options.leaseMs,
+      maxRecoveryMs: options.maxRecoveryMs,
       providerTimeoutMs: PROVIDER_TIMEOUT_MS,
       bouncer,
       hosts,

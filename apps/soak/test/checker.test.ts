@@ -213,6 +213,56 @@ describe('failovers in the report', () => {
   });
 });
 
+describe('partitions in the report', () => {
+  const partition = (recoveryMs: number | null, unmeasured: string | null = null) => ({
+    kind: 'partition' as const,
+    at: 2_000,
+    slot: 1,
+    workerId: 'w1',
+    cutMs: 10_000,
+    orphans: 3,
+    takeoverMs: 3_200,
+    healedAt: 12_000,
+    recoveryMs,
+    unmeasured,
+  });
+  const withPartition = (recoveryMs: number | null, unmeasured: string | null = null) => {
+    const s = clean();
+    s.options = { ...s.options, faults: ['kill', 'partition'] };
+    s.faults = [...s.faults, partition(recoveryMs, unmeasured)];
+    return s;
+  };
+  const name =
+    'every partition taken over and its worker working again after the heal, each within 30000 ms';
+
+  it('one taken over and recovered passes, with its times', () => {
+    const r = check(withPartition(2_900));
+    expect(r.ok).toBe(true);
+    expect(r.faults.partitions).toMatchObject({
+      count: 1,
+      takeover: { max: 3_200 },
+      recovery: { max: 2_900 },
+      unfinished: 0,
+      unmeasured: [],
+    });
+  });
+
+  it('a worker never seen working again after the heal, or too late, fails', () => {
+    expect(failed(withPartition(null))).toEqual([name]);
+    expect(failed(withPartition(31_000))).toEqual([name]);
+  });
+
+  it('a recovery the soak could not see (its process killed first) is listed with its reason', () => {
+    const reason =
+      'its process was killed by the soak 1200 ms after the heal, before it started new work';
+    const r = check(withPartition(null, reason));
+    expect(r.ok).toBe(true);
+    expect(r.faults.partitions.unmeasured).toEqual([{ at: 2_000, workerId: 'w1', reason }]);
+    expect(r.faults.partitions.unfinished).toBe(0);
+    expect(r.invariants.find((i) => i.name === name)?.value).toMatch(/1 not measurable/);
+  });
+});
+
 describe('soak options', () => {
   it('durations, fault lists and defaults', () => {
     expect(parseDuration('d', '90s')).toBe(90_000);
