@@ -644,6 +644,38 @@ describe(`the operator pages in Chromium under ${BASE}`, { timeout: 120_000 }, (
     await page.close();
   });
 
+  it('lists an idle action whose only limit has a key, under readable headings', async () => {
+    // Nothing of the notify workflow ever runs: its keyed limit has no key in use.
+    const page = await newPage();
+    await page.goto(`${main.root}/limits`);
+    const keyed = page.locator('[data-testid=limits-table] tr[data-action="notify-customer"]');
+    await keyed.first().waitFor({ timeout: SHOW_MS });
+    const headings = await page.locator('[data-testid=limits-table] th').allTextContents();
+    expect(headings).toEqual([
+      'Action',
+      'Limit type',
+      'Key',
+      'Limit',
+      'Period',
+      'In use',
+      'Waiting',
+    ]);
+    const cells = (row: typeof keyed) => row.locator('td').allTextContents();
+    expect(await cells(keyed)).toEqual([
+      'notify-customer',
+      'Concurrency',
+      'no key in use',
+      '1',
+      '—',
+      '0',
+      '0',
+    ]);
+    const sms = page.locator('[data-testid=limits-table] tr[data-action="send-sms"]');
+    expect(await cells(sms)).toEqual(['send-sms', 'Rate', 'whole action', '5', '1.0 s', '0', '0']);
+    await screenshot(page, 'limits-idle');
+    await page.close();
+  });
+
   it('renders every page under the base path (screenshots kept as artefacts)', async () => {
     const page = await newPage();
     const pages: [string, string, string][] = [

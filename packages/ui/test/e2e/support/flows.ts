@@ -227,5 +227,28 @@ export const HourlyReport = newSchedule('hourly-report', {
   catchUp: 'none',
 });
 
+/** One message at a time per customer: an action whose only limit has a key. */
+const NotifyCustomer = newAction(
+  'notify-customer',
+  async (_ctx: Context, input: { customer: string }) => ({ sent: input.customer }),
+  { concurrency: { limit: 1, key: (i: { customer: string }) => i.customer } },
+);
+
+/** At most 5 texts a second, for the whole action: a limit without a key. */
+const SendSms = newAction('send-sms', async () => ({ sent: true }), {
+  rateLimit: { limit: 5, periodMs: 1_000 },
+});
+
+/**
+ * Limited actions for the limits page; the tests never submit it, so both stay idle (nothing
+ * running or waiting), as on a quiet day.
+ */
+export const Notify = newWorkflow('notify', {
+  nodes: {
+    notify: { action: NotifyCustomer },
+    sms: { action: SendSms, after: ['notify'] },
+  },
+});
+
 /** Every workflow the worker runs. */
-export const ALL_FLOWS = [Shop, Sync, Slow, Report, RefundFlow, Approval];
+export const ALL_FLOWS = [Shop, Sync, Slow, Report, RefundFlow, Approval, Notify];
