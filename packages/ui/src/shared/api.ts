@@ -4,6 +4,7 @@
  * `<basePath>/api/`; timestamps are ISO-8601 strings in UTC; payloads travel as raw JSON text
  * (`Payload`), so numbers beyond 2^53 reach the page exactly. docs/ui.md has the table.
  */
+import type { RunState, StepState } from '@cyclone/core';
 
 /** The header every mutation must carry (with `Content-Type: application/json`). */
 export const UI_HEADER = 'X-Cyclone-UI';
@@ -21,19 +22,12 @@ export const STEP_ERRORS_MAX = 20;
 export const RETRY_NOTICE =
   'Provider calls recorded as succeeded will not be repeated: a retried node keeps its idempotency keys, so the ledger replays them.';
 
-/** The states of a run (core's `RunState`). */
-export type RunState = 'running' | 'completed' | 'failed' | 'cancelled';
-/** The states of a step (core's `StepState`). */
-export type StepState =
-  | 'pending'
-  | 'available'
-  | 'scheduled'
-  | 'running'
-  | 'retryable'
-  | 'completed'
-  | 'skipped'
-  | 'discarded'
-  | 'cancelled';
+/**
+ * The states of a run and of a step: core's own types, imported for types only (erased from the
+ * SPA's bundle, so this module keeps no runtime dependency).
+ */
+export type { RunState, StepState };
+
 /** Every run state, for filters. */
 export const RUN_STATES: readonly RunState[] = ['running', 'completed', 'failed', 'cancelled'];
 
