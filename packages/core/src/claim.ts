@@ -5,14 +5,14 @@
 import type pg from 'pg';
 import { cancelStatement } from './cancel.js';
 import type { Client } from './client.js';
-import type { Completer, CompletionCounters } from './completion.js';
+import type { Attempt, Completer, CompletionCounters } from './completion.js';
 import { CompletionTx } from './completion-tx.js';
-import { makeContext } from './context.js';
+import { type Context, type ContextParts, makeContext } from './context.js';
 import { withConnection, withTransaction } from './db.js';
-import type { Workflow } from './definitions.js';
+import type { Backoff, NodeDef, Workflow } from './definitions.js';
 import { describeError } from './error-entry.js';
 import { LeaseLostError } from './errors.js';
-import { executeStep, Outcome, StepAbort } from './execute-step.js';
+import { type ExecuteParts, executeStep, Outcome, StepAbort } from './execute-step.js';
 import { FlowControl } from './flow.js';
 import { LazyChildLogger, type Logger } from './logger.js';
 import type { Recorded } from './recorded.js';
@@ -102,7 +102,8 @@ export class ClaimLoop {
   private limitedFirst = false;
 
   constructor(
-    private readonly parts: ClaimParts,
+    /** Read by the loop's steps too. */
+    readonly parts: ClaimParts,
     private readonly config: ClaimConfig,
   ) {
     this.workflowNames = [...parts.workflows.keys()];
@@ -331,17 +332,24 @@ export class ClaimLoop {
     const { parts } = this;
     for (const row of rows) {
       parts.counters.claimed++;
-      // Keyed by attempt too: this worker may re-claim a node whose older attempt (its lease
-      // lost) is still settling here, and the two must not evict each other.
-      const key = `${row.run_id}\u0000${row.node}\u0000${row.attempt}`;
-      const handle = this.start(row);
-      parts.inflight.set(key, handle);
-      handle.done.finally(() => {
-        if (handle.finishing) this.finishing--;
-        if (parts.inflight.get(key) === handle) parts.inflight.delete(key);
-        this.wake();
-      });
+      const step = new Step(this, row);
+      parts.inflight.set(step.key, step);
+      step.done = step.go();
     }
+  }
+
+  /** A step's handler settled (or will not run): its claim slot may be reused. */
+  stepFinishing(): void {
+    this.finishing++;
+    this.wake();
+  }
+
+  /** A step's outcome is recorded (or given up): it leaves `inflight`. */
+  stepDone(step: Step): void {
+    if (step.finishing) this.finishing--;
+    const { inflight } = this.parts;
+    if (inflight.get(step.key) === step) inflight.delete(step.key);
+    this.wake();
   }
 
   /**
@@ -350,7 +358,7 @@ export class ClaimLoop {
    * @throws the database error when it is not such a limit (the lease then expires, and the step
    *   is run again).
    */
-  private async loadUpstream(
+  async loadUpstream(
     row: ClaimedStep,
     ancestors: readonly string[],
   ): Promise<{ ok: true; upstream: Record<string, Json> } | { ok: false; error: Error }> {
@@ -370,93 +378,135 @@ export class ClaimLoop {
       };
     }
   }
+}
 
-  /** Starts one claimed step: executes it, then records its outcome; see `StepHandle`. */
-  private start(row: ClaimedStep): StepHandle {
-    const { parts } = this;
-    const ac = new StepAbort();
-    let finishing = false;
-    const markFinishing = () => {
-      if (finishing) return;
-      finishing = true;
-      this.finishing++;
-      this.wake();
-    };
-    const workflow = parts.workflows.get(row.workflow) as Workflow<unknown>;
-    const log = new LazyChildLogger(parts.log, {
+/**
+ * One claimed step from its start to its recorded outcome: the worker's handle on it, the abort
+ * of its attempt, and what executing and recording it need. One object per step, with methods
+ * rather than closures, since everything made per step is the no-op worker's garbage-collection
+ * cost.
+ */
+class Step extends StepAbort implements StepHandle, ExecuteParts, Attempt, ContextParts {
+  readonly runId: string;
+  readonly node: string;
+  readonly attempt: number;
+  /** The `inflight` key: by attempt too, so that an older attempt of a node re-claimed by this
+   * worker (its lease lost) and the new one do not evict each other. */
+  readonly key: string;
+  done!: Promise<void>;
+  finishing = false;
+  readonly workflow: Workflow<unknown>;
+  readonly log: Logger;
+  readonly tx: CompletionTx;
+  backoff: Backoff | undefined;
+  ancestors: readonly string[] = NO_ANCESTORS;
+
+  constructor(
+    private readonly loop: ClaimLoop,
+    readonly row: ClaimedStep,
+  ) {
+    super();
+    const { parts } = loop;
+    this.runId = row.run_id;
+    this.node = row.node;
+    this.attempt = row.attempt;
+    this.key = `${row.run_id}\u0000${row.node}\u0000${row.attempt}`;
+    this.workflow = parts.workflows.get(row.workflow) as Workflow<unknown>;
+    this.log = new LazyChildLogger(parts.log, {
       runId: row.run_id,
       node: row.node,
       attempt: row.attempt,
     });
-    const tx = new CompletionTx(
-      { runId: row.run_id, node: row.node, attempt: row.attempt },
-      parts.pool,
-      log,
-    );
-    const run = async (): Promise<Recorded> => {
-      const node = workflow.nodeByName.get(row.node);
-      if (row.upstream === null) {
-        const loaded = await this.loadUpstream(row, node?.ancestors ?? []);
-        if (!loaded.ok) {
-          markFinishing();
-          return parts.completer.record(
-            { row, tx, log, backoff: node?.action.backoff },
-            Outcome.discarded('input_invalid', loaded.error),
-          );
+    this.tx = new CompletionTx(this, parts.pool, this.log);
+  }
+
+  // The worker's handles, read through the loop: nothing more kept per step.
+  get client(): Client {
+    return this.loop.parts.client;
+  }
+  get db(): SqlScope {
+    return this.loop.parts.db;
+  }
+  get controlPool(): pg.Pool {
+    return this.loop.parts.controlPool;
+  }
+  get maxPayloadBytes(): number {
+    return this.loop.parts.client.maxPayloadBytes;
+  }
+
+  /** `ContextParts.step`: the claimed row. */
+  get step(): ClaimedStep {
+    return this.row;
+  }
+
+  /** `ContextParts.completionTx`. */
+  get completionTx(): CompletionTx {
+    return this.tx;
+  }
+
+  markFinishing(): void {
+    if (this.finishing) return;
+    this.finishing = true;
+    this.loop.stepFinishing();
+  }
+
+  context(node: NodeDef<unknown>): Context {
+    this.ancestors = node.ancestors;
+    return makeContext(this);
+  }
+
+  leaseLost(): void {
+    this.abort(new LeaseLostError(this.runId, this.node, this.attempt));
+  }
+
+  /** Executes the step and records its outcome (observed when telemetry is on); never rejects. */
+  async go(): Promise<void> {
+    const { parts } = this.loop;
+    try {
+      // Observed from here to the recorded outcome: the handler runs in the step's span.
+      const observation = parts.telemetry?.beginStep(this.row);
+      if (!observation) {
+        await this.run();
+      } else {
+        let recorded: Recorded;
+        try {
+          recorded = await observation.run(() => this.run());
+        } catch (err) {
+          observation.end({ outcome: 'unrecorded', error: err });
+          throw err;
         }
-        row.upstream = loaded.upstream;
+        observation.end(recorded);
       }
-      const outcome = await executeStep(row, {
-        workflow,
-        abort: ac,
-        context: (node) =>
-          makeContext({
-            step: row,
-            ancestors: node.ancestors,
-            abort: ac,
-            log,
-            client: parts.client,
-            db: parts.db,
-            controlPool: parts.controlPool,
-            completionTx: tx,
-          }),
-        maxPayloadBytes: parts.client.maxPayloadBytes,
-        markFinishing,
-      });
-      const backoff = workflow.nodeByName.get(row.node)?.action.backoff;
-      return parts.completer.record({ row, tx, log, backoff }, outcome);
-    };
-    // Observed from here to the recorded outcome: the handler runs in the step's span.
-    const observation = parts.telemetry?.beginStep(row);
-    const ran = observation
-      ? observation.run(run).then(
-          (recorded) => observation.end(recorded),
-          (err) => {
-            observation.end({ outcome: 'unrecorded', error: err });
-            throw err;
-          },
-        )
-      : run();
-    return {
-      runId: row.run_id,
-      node: row.node,
-      attempt: row.attempt,
-      done: ran.then(noop, (err) => {
-        parts.log.error(
-          { err: String(err), runId: row.run_id, node: row.node },
-          'step runner failed',
-        );
-      }),
-      get finishing() {
-        return finishing;
-      },
-      leaseLost: () => ac.abort(new LeaseLostError(row.run_id, row.node, row.attempt)),
-      abort: (reason) => ac.abort(reason),
-    };
+    } catch (err) {
+      parts.log.error(
+        { err: String(err), runId: this.runId, node: this.node },
+        'step runner failed',
+      );
+    } finally {
+      this.loop.stepDone(this);
+    }
+  }
+
+  private async run(): Promise<Recorded> {
+    const { row, workflow, loop } = this;
+    const { completer } = loop.parts;
+    const node = workflow.nodeByName.get(row.node);
+    if (row.upstream === null) {
+      const loaded = await loop.loadUpstream(row, node?.ancestors ?? []);
+      if (!loaded.ok) {
+        this.markFinishing();
+        this.backoff = node?.action.backoff;
+        return completer.record(this, Outcome.discarded('input_invalid', loaded.error));
+      }
+      row.upstream = loaded.upstream;
+    }
+    const outcome = await executeStep(row, this);
+    this.backoff = workflow.nodeByName.get(row.node)?.action.backoff;
+    return completer.record(this, outcome);
   }
 }
 
-function noop(): void {}
+const NO_ANCESTORS: readonly string[] = [];
 
 /** A statement that failed on one of PostgreSQL's size limits (SQLSTATE class 54). */
 function isLimitExceeded(err: unknown): boolean {

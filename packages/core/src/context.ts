@@ -68,8 +68,10 @@ export interface ContextParts {
   step: ClaimedStep;
   /** Every ancestor of the step's node: the nodes `upstream()` may read. */
   ancestors: readonly string[];
-  /** The attempt's abort; its `signal` is made when the handler first reads `ctx.signal`. */
-  abort: { readonly signal: AbortSignal; readonly aborted: boolean };
+  /** The attempt's abort signal, made when the handler first reads `ctx.signal`. */
+  readonly signal: AbortSignal;
+  /** True once the attempt was aborted. */
+  readonly aborted: boolean;
   log: Logger;
   client: Client;
   /** The statements' schema and prepare flag. */
@@ -89,7 +91,7 @@ export function makeContext(p: ContextParts): Context {
     workflow: step.workflow,
     action: step.action,
     get signal() {
-      return p.abort.signal;
+      return p.signal;
     },
     log: p.log,
     client: p.client,
@@ -111,7 +113,7 @@ export function makeContext(p: ContextParts): Context {
         node: step.node,
         attempt: step.attempt,
       });
-      if (!held || p.abort.aborted) {
+      if (!held || p.aborted) {
         throw new LeaseLostError(step.run_id, step.node, step.attempt);
       }
     },

@@ -108,8 +108,10 @@ export const Outcome = {
 export interface ExecuteParts {
   /** The worker's definition of the step's workflow. */
   workflow: Workflow<unknown>;
-  /** Aborted on lease loss or a hard stop; the step's timeout aborts it too. */
-  abort: StepAbort;
+  /** The attempt's abort (a `StepAbort`): lease loss or a hard stop; the step's timeout too. */
+  abort(reason: unknown): void;
+  /** Calls `fn` once with the abort's reason (`StepAbort.onAbort`). */
+  onAbort(fn: (reason: unknown) => void): void;
   /** Makes the handler's `ctx` for the step's node. */
   context(node: NodeDef<unknown>): Context;
   /** Largest output stored (bytes). */
@@ -130,27 +132,27 @@ type Settled = { ok: true; value: unknown } | { ok: false; error: unknown; abort
 export class StepAbort {
   private controller: AbortController | undefined;
   private why: unknown;
-  private done = false;
+  private fired = false;
   private listener: ((reason: unknown) => void) | undefined;
 
   /** The signal handed to the handler (`ctx.signal`), aborted already if the attempt was. */
   get signal(): AbortSignal {
     if (this.controller === undefined) {
       this.controller = new AbortController();
-      if (this.done) this.controller.abort(this.why);
+      if (this.fired) this.controller.abort(this.why);
     }
     return this.controller.signal;
   }
 
   /** True once `abort` was called. */
   get aborted(): boolean {
-    return this.done;
+    return this.fired;
   }
 
   /** Aborts with `reason`; later calls do nothing. */
   abort(reason: unknown): void {
-    if (this.done) return;
-    this.done = true;
+    if (this.fired) return;
+    this.fired = true;
     this.why = reason;
     this.controller?.abort(reason);
     const l = this.listener;
@@ -160,7 +162,7 @@ export class StepAbort {
 
   /** Calls `fn` once with the reason: now if aborted already, else on the abort (one listener). */
   onAbort(fn: (reason: unknown) => void): void {
-    if (this.done) fn(this.why);
+    if (this.fired) fn(this.why);
     else this.listener = fn;
   }
 }
@@ -203,14 +205,22 @@ export async function executeStep(row: ClaimedStep, p: ExecuteParts): Promise<Ou
 
   // The handler, raced against the abort (timeout, lease loss, hard stop): one promise settled
   // by whichever comes first.
-  const ac = p.abort;
+  const ac = p;
   const timeoutMs = node.action.timeoutMs;
   const timer = timeoutMs
     ? setTimeout(() => ac.abort(new StepTimeoutError(timeoutMs)), timeoutMs)
     : undefined;
+  // Called here rather than in an async wrapper (one promise and its thenable hops fewer per
+  // step); a synchronous throw counts as a rejection, as it would in an async function.
+  let ran: Promise<unknown>;
+  try {
+    ran = Promise.resolve(node.action.handler(ctx, input));
+  } catch (error) {
+    ran = Promise.reject(error);
+  }
   const settled = await new Promise<Settled>((resolve) => {
     ac.onAbort((reason) => resolve({ ok: false, error: reason, aborted: true }));
-    (async () => node.action.handler(ctx, input))().then(
+    ran.then(
       (value) => resolve({ ok: true, value }),
       (error) => resolve({ ok: false, error, aborted: false }),
     );
