@@ -9,7 +9,8 @@
  * connected to the database (/proc, 10 ms ticks), statements sent (counted in the child), and,
  * when the server has `pg_stat_statements` loaded, each statement's calls, server time and
  * buffers per step (`pg_stat_statements_reset()` before the child starts, so only the worker's
- * statements and the producer's none are counted).
+ * statements and the producer's none are counted). The child's peak RSS (`maxRSS` at the end of
+ * the drain, MiB) is printed with each drain.
  *
  * Options: `--system cyclone|graphile-worker|pg-boss` (default cyclone), `--workload
  * noop|write|dag` (default noop), `--variant tuned|default` (default tuned), `--n 20000`,
@@ -79,6 +80,8 @@ interface Sample {
   serverUs: number;
   statements: number;
   stepsPerS: number;
+  /** The child's peak RSS at the end of the drain (`maxRSS`), MiB. */
+  rssMiB: number;
   server: ServerStatement[] | undefined;
   top: string[];
 }
@@ -208,6 +211,7 @@ async function once(template: string, script: string | undefined): Promise<Sampl
         serverUs: (serverMs * 1000) / steps,
         statements: r.statements / steps,
         stepsPerS: steps / (r.ms / 1000),
+        rssMiB: r.rssMiB,
         server,
         top,
       };
@@ -231,7 +235,7 @@ try {
     for (const script of order) {
       const s = await once(template, script);
       log(
-        `${name} ${workload} ${variant} ${s.child}: worker ${s.workerUs.toFixed(1)} µs/step, server ${s.serverUs.toFixed(1)} µs/step, ${s.statements.toFixed(3)} statements/step, ${Math.round(s.stepsPerS)} steps/s`,
+        `${name} ${workload} ${variant} ${s.child}: worker ${s.workerUs.toFixed(1)} µs/step, server ${s.serverUs.toFixed(1)} µs/step, ${s.statements.toFixed(3)} statements/step, ${Math.round(s.stepsPerS)} steps/s, peak RSS ${s.rssMiB.toFixed(1)} MiB`,
       );
       samples.set(s.child, [...(samples.get(s.child) ?? []), s]);
     }
@@ -244,7 +248,8 @@ try {
       '',
       `worker CPU ${m((s) => s.workerUs).toFixed(1)} µs/step (${list.map((s) => s.workerUs.toFixed(1)).join(', ')}); ` +
         `server backends CPU ${m((s) => s.serverUs).toFixed(1)} µs/step (${list.map((s) => s.serverUs.toFixed(1)).join(', ')}); ` +
-        `${m((s) => s.statements).toFixed(3)} statements/step; ${Math.round(m((s) => s.stepsPerS))} steps/s`,
+        `${m((s) => s.statements).toFixed(3)} statements/step; ${Math.round(m((s) => s.stepsPerS))} steps/s; ` +
+        `peak RSS ${m((s) => s.rssMiB).toFixed(1)} MiB (${list.map((s) => s.rssMiB.toFixed(1)).join(', ')})`,
       '',
     );
     const last = list[list.length - 1];
