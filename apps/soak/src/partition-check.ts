@@ -22,6 +22,8 @@ export interface PartitionSummary {
   unfinished: number;
   /** Partitions whose recovery could not be measured, and why (see the module comment). */
   unmeasured: { at: number; workerId: string; reason: string }[];
+  /** Each partition as recorded (times in ms; `at` and `healedAt` are Date.now() values). */
+  list: Omit<Partition, 'kind'>[];
 }
 
 type Partition = Extract<FaultSummary, { kind: 'partition' }>;
@@ -49,6 +51,7 @@ export function summarizePartitions(faults: readonly FaultSummary[]): PartitionS
         ? [{ at: f.at, workerId: f.workerId, reason: f.unmeasured }]
         : [],
     ),
+    list: ps.map(({ kind: _, ...rest }) => rest),
   };
 }
 

@@ -244,6 +244,7 @@ describe('partitions in the report', () => {
       recovery: { max: 2_900 },
       unfinished: 0,
       unmeasured: [],
+      list: [{ at: 2_000, workerId: 'w1', cutMs: 10_000, healedAt: 12_000, recoveryMs: 2_900 }],
     });
   });
 
