@@ -118,6 +118,7 @@ export class Completer {
       // Complete on the handler's transaction: its writes and the transition commit together.
       let done = 0;
       try {
+        await tx.began();
         const r = await completeStepOnTx(c, db, {
           runId: row.run_id,
           node: row.node,

@@ -62,12 +62,16 @@ export function makeWorkerPools(
   const stepSql = client.db.prepare ? [dead.serverSql] : undefined;
   // The engine's statements (claims, heartbeats, sweeps, completion batches) answer within
   // milliseconds to seconds; one unanswered for the query timeout went into a dead connection.
+  // The step pool pipelines (pg's `pipeline` option: a query is sent without waiting for the
+  // answers to those before it), so that a completionTx's BEGIN goes out with the handler's
+  // first query (completion-tx.ts). Handlers reach these connections only through `Tx.query`
+  // (text and values), never with the portal queries (cursors, `rows`) pg refuses there.
   return {
     pool: makePool(
       url,
       poolSize,
       log,
-      { keepAliveInitialDelayMillis: dead.keepAliveIdleMs },
+      { keepAliveInitialDelayMillis: dead.keepAliveIdleMs, pipeline: true },
       stepSql,
     ),
     controlPool: makePool(
@@ -90,7 +94,7 @@ function makePool(
   connectionString: string,
   max: number,
   log: Logger,
-  liveness: { keepAliveInitialDelayMillis: number; query_timeout?: number },
+  liveness: { keepAliveInitialDelayMillis: number; query_timeout?: number; pipeline?: boolean },
   onConnectSql?: { text: string; values?: string[] }[],
 ): pg.Pool {
   const p = new pg.Pool({
