@@ -206,12 +206,36 @@ async function drainFleet(ctx: BenchContext, fleet: Fleet, runs: number): Promis
         rssMiB: Math.max(...done.map((r) => r.rssMiB)),
       });
       ctx.log(
-        `  ${fleet.id} cyclone: ${Math.round(m.done / secs)} runs/s (${secs.toFixed(2)} s), ${m.connections} connections for ${workers} workers, worker CPU ${((cpuMs / jobs) * 1000).toFixed(0)} µs/run`,
+        `  ${fleet.id} cyclone: ${Math.round(m.done / secs)} runs/s (${secs.toFixed(2)} s), ${m.connections} connections for ${workers} workers, worker CPU ${((cpuMs / jobs) * 1000).toFixed(0)} µs/run, ${(statements / jobs).toFixed(2)} statements/run: ${topStatements(done, jobs)}`,
       );
     } finally {
       for (const c of children) c.kill();
     }
   });
+}
+
+/**
+ * The busiest statements of a fleet, summed over its processes: calls per run, the text's start
+ * and the mean time from send to result (client-side, so the wait for a connection is not in it).
+ */
+function topStatements(done: readonly DrainResult[], jobs: number): string {
+  const sum = new Map<string, { calls: number; ms: number }>();
+  for (const r of done) {
+    for (const s of r.top) {
+      const t = sum.get(s.sql) ?? { calls: 0, ms: 0 };
+      t.calls += s.calls;
+      t.ms += s.ms;
+      sum.set(s.sql, t);
+    }
+  }
+  return [...sum]
+    .sort((a, b) => b[1].calls - a[1].calls)
+    .slice(0, 8)
+    .map(
+      ([sql, t]) =>
+        `${(t.calls / jobs).toFixed(3)} × ${sql.slice(0, 40)} (${(t.ms / t.calls).toFixed(1)} ms)`,
+    )
+    .join('; ');
 }
 
 /** Row 18: the two fleets alternating, `reps` times each (at least 2). */

@@ -74,10 +74,13 @@ export function installQueryCounter(fromModules: readonly string[]): void {
     proto.query = function (this: unknown, ...args: unknown[]) {
       const [config, values, callback] = args;
       if (!enabled) return original.apply(this, args);
+      // A prepared statement is counted by its name too: two statements may share their first
+      // 110 characters (the claim and the next-due read both open with the priorities' scan).
+      const named = config as { text?: string; name?: string } | null;
       const text =
         typeof config === 'string'
           ? config
-          : String((config as { text?: string; name?: string })?.text ?? '?');
+          : `${named?.name ? `[${named.name}] ` : ''}${String(named?.text ?? '?')}`;
       if (text.startsWith('/* bench:monitor */')) return original.apply(this, args);
       const start = performance.now();
       const done = () => record(text, performance.now() - start);

@@ -213,7 +213,9 @@ export class Worker {
     const completer = new Completer({
       db,
       pool: this.pool,
-      batcher: new CompletionBatcher(this.controlPool, db),
+      batcher: pools.owned
+        ? new CompletionBatcher(this.controlPool, db)
+        : sharedBatcher(this.controlPool, db),
       retryDeadlineMs: leaseMs,
       idleLimitMs: leaseMs,
       log,
@@ -381,4 +383,27 @@ export class Worker {
       await Promise.all([...this.inflight.values()].map((h) => h.done));
     }
   }
+}
+
+/** The completion batchers of caller-given pools, one per pool and schema. */
+const batchers = new WeakMap<pg.Pool, Map<Db, CompletionBatcher>>();
+
+/**
+ * The completion batcher of `pool` for `db`, shared by every worker on that pool (workers of one
+ * `Client` made with a caller-given pool): their completions go out together, one statement per
+ * batch for the process rather than one per worker (a batch is fenced step by step, whichever
+ * worker a step belongs to). A worker with its own pools keeps its own batcher.
+ */
+function sharedBatcher(pool: pg.Pool, db: Db): CompletionBatcher {
+  let byScope = batchers.get(pool);
+  if (!byScope) {
+    byScope = new Map();
+    batchers.set(pool, byScope);
+  }
+  let b = byScope.get(db);
+  if (!b) {
+    b = new CompletionBatcher(pool, db);
+    byScope.set(db, b);
+  }
+  return b;
 }
