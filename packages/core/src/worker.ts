@@ -29,6 +29,7 @@ import { Registry } from './registry.js';
 import type { Schedule } from './schedule.js';
 import { Scheduler } from './scheduler.js';
 import { queueStats } from './sql/metrics.js';
+import type { SweptStep } from './sql/sweep.js';
 import { Sweep } from './sweep.js';
 import { READY_COUNT_CAP, WorkerTelemetry } from './telemetry.js';
 import { makeWorkerPools } from './worker-pools.js';
@@ -52,7 +53,11 @@ export interface WorkerOptions {
   leaseMs?: number;
   /** Interval of the batched lease extension. Default leaseMs / 3. */
   heartbeatIntervalMs?: number;
-  /** Interval of the recovery sweep (±20 % jitter). Default 1,000 ms (one indexed statement). */
+  /**
+   * Interval of the recovery sweep (±20 % jitter). Default 1,000 ms (one indexed statement).
+   * Workers of one `Client` made with a caller-given pool, with the same interval and
+   * `sweepBatchSize`, run one sweep between them (it recovers every worker's expired leases).
+   */
   sweepIntervalMs?: number;
   /** Most expired steps one sweep statement moves. Default 1,000. */
   sweepBatchSize?: number;
@@ -136,7 +141,8 @@ export class Worker {
   private readonly claims: ClaimLoop;
   private readonly listener: Listener;
   private readonly heartbeat: Heartbeat<StepHandle>;
-  private readonly sweep: Sweep;
+  /** The recovery sweep: this worker's own, or the one shared by the workers on its pool. */
+  private readonly sweep: { start(): void; stop(): void };
   private readonly scheduler: Scheduler | undefined;
   /** The worker's row in `cyclone_workers` and its throughput counts. */
   private readonly registry: Registry;
@@ -268,16 +274,14 @@ export class Worker {
       },
       { workerId: this.workerId, leaseMs, intervalMs: heartbeatIntervalMs },
     );
-    this.sweep = new Sweep(
-      {
-        ...control,
-        swept: (steps) => {
-          this.stats.swept += steps.length;
-          telemetry?.swept(steps);
-        },
-      },
-      { intervalMs: sweepIntervalMs, batchSize: sweepBatchSize },
-    );
+    const swept = (steps: readonly SweptStep[]) => {
+      this.stats.swept += steps.length;
+      telemetry?.swept(steps);
+    };
+    const sweepConfig = { intervalMs: sweepIntervalMs, batchSize: sweepBatchSize };
+    this.sweep = pools.owned
+      ? new Sweep({ ...control, swept }, sweepConfig)
+      : sharedSweep(this.controlPool, db, log, sweepConfig, swept);
     this.scheduler = options.schedules?.length
       ? new Scheduler({
           ...control,
@@ -406,4 +410,64 @@ function sharedBatcher(pool: pg.Pool, db: Db): CompletionBatcher {
     byScope.set(db, b);
   }
   return b;
+}
+
+/** The sweeps of caller-given pools, by pool, then schema and configuration. */
+const sweeps = new WeakMap<pg.Pool, Map<string, SharedSweep>>();
+
+/** One sweep run for every worker on a pool that started it, until the last of them stops. */
+interface SharedSweep {
+  sweep: Sweep;
+  /** The `swept` callbacks of the workers using it; the first one counts the steps moved. */
+  users: Set<(steps: readonly SweptStep[]) => void>;
+}
+
+/**
+ * The recovery sweep of `pool` for `db` with `config`, shared by the workers on that pool with
+ * the same settings (workers of one `Client` made with a caller-given pool): the sweep recovers
+ * every worker's expired leases, so one per process does what one per worker did, at a fraction
+ * of the statements. It runs while at least one of them runs; the steps it moves count in the
+ * `stats.swept` of the oldest running one. A worker with its own pools keeps its own sweep.
+ */
+function sharedSweep(
+  pool: pg.Pool,
+  db: Db,
+  log: Logger,
+  config: { intervalMs: number; batchSize: number },
+  swept: (steps: readonly SweptStep[]) => void,
+): { start(): void; stop(): void } {
+  const key = `${db.schema}\u0000${config.intervalMs}\u0000${config.batchSize}`;
+  let byKey = sweeps.get(pool);
+  if (!byKey) {
+    byKey = new Map();
+    sweeps.set(pool, byKey);
+  }
+  const map = byKey;
+  return {
+    start() {
+      let shared = map.get(key);
+      if (!shared) {
+        const users = new Set<(steps: readonly SweptStep[]) => void>();
+        const sweep = new Sweep(
+          {
+            pool,
+            db,
+            log,
+            swept: (steps) => users.values().next().value?.(steps),
+          },
+          config,
+        );
+        shared = { sweep, users };
+        map.set(key, shared);
+        sweep.start();
+      }
+      shared.users.add(swept);
+    },
+    stop() {
+      const shared = map.get(key);
+      if (!shared?.users.delete(swept) || shared.users.size > 0) return;
+      shared.sweep.stop();
+      map.delete(key);
+    },
+  };
 }

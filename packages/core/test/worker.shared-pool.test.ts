@@ -1,7 +1,8 @@
 /**
- * Workers of one `Client` made with a caller-given pool share one completion batcher: the steps
+ * Workers of one `Client` made with a caller-given pool share one completion batcher (the steps
  * both workers finish together are completed in one batch statement for the process, not one per
- * worker, and every step is still completed exactly once.
+ * worker, and every step is still completed exactly once) and one recovery sweep, which runs
+ * until the last of them stops.
  */
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -78,6 +79,44 @@ describe('workers on one caller-given pool', () => {
     } finally {
       release();
       for (const w of workers) await w.stop({ graceMs: 2_000 });
+      await client.close();
+      await pool.end();
+    }
+  });
+
+  it('run one recovery sweep between them, not one each', async () => {
+    const pool = new pg.Pool({ connectionString: db.url, max: 8 });
+    let sweeps = 0;
+    const query = pool.query.bind(pool) as (...a: unknown[]) => Promise<unknown>;
+    (pool as unknown as { query: unknown }).query = (...args: unknown[]) => {
+      const c = args[0];
+      const name = typeof c === 'object' && c !== null ? ((c as { name?: string }).name ?? '') : '';
+      if (name.startsWith('cyclone_sweep_expired_leases_')) sweeps++;
+      return query(...args);
+    };
+    const client = new Client({ pool });
+    const workers = [0, 1, 2, 3].map(
+      () => new Worker({ client, workflows: [Flow], sweepIntervalMs: 100, listen: false }),
+    );
+    try {
+      for (const w of workers) await w.start();
+      const from = sweeps;
+      const t0 = Date.now();
+      await new Promise((r) => setTimeout(r, 2_000));
+      const ms = Date.now() - t0;
+      // One sweep every 100 ms ± 20 %: at most ms / 80 + 1 statements; four would send about
+      // four times as many.
+      expect(sweeps - from).toBeLessThanOrEqual(Math.ceil(ms / 80) + 1);
+      // The last worker to stop ends it; the others leave it running until then.
+      await workers[0]?.stop({ graceMs: 1_000 });
+      const before = sweeps;
+      await new Promise((r) => setTimeout(r, 500));
+      expect(sweeps).toBeGreaterThan(before);
+    } finally {
+      for (const w of workers) await w.stop({ graceMs: 1_000 });
+      const after = sweeps;
+      await new Promise((r) => setTimeout(r, 300));
+      expect(sweeps).toBe(after);
       await client.close();
       await pool.end();
     }
