@@ -6,6 +6,7 @@
  */
 import type { Context } from '@cyclone/core';
 import {
+  deadlineQuietPeriodMs,
   IdempotencyConflictError,
   IdempotencyUsageError,
   idempotencyKey,
@@ -24,6 +25,7 @@ import {
   withKey,
 } from './body.js';
 import { type ClassifySemantics, classifyHttpError } from './classify.js';
+import { deadlineFetch } from './deadline-fetch.js';
 import { HttpKeyInUseError, HttpResponseError } from './errors.js';
 import { callScope, checkKeyLimit, fitKey, formatKey, type KeyFormat } from './keys.js';
 import { type HttpPreset, type MismatchRule, type PresetName, presets } from './presets.js';
@@ -69,10 +71,16 @@ export interface IdempotentFetchOptions extends Omit<Partial<HttpPreset>, 'name'
   /**
    * How long after a call its answer may still arrive; within it a later attempt snoozes instead
    * of applying the policy. Default 0 when the API answers a conflict status for a key in
-   * flight, else `timeoutMs` + 5,000 ms.
+   * flight, else `timeoutMs` + 5,000 ms (`deadlineQuietPeriodMs`): without `options.fetch`, no
+   * byte of a guarded request reaches the API later than `timeoutMs` after it was made (see
+   * `deadlineFetch`); with your own `fetch`, that bound is yours to keep.
    */
   quietPeriodMs?: number;
-  /** Per-request timeout in ms (with `ctx.signal`). Default 30,000. Keep it below the lease. */
+  /**
+   * Per-request timeout in ms (with `ctx.signal`), a hard deadline from the request's start
+   * (DNS, connect, TLS, the body read whole) after which the socket is reset (`deadlineFetch`).
+   * Default 30,000. Keep it below the lease.
+   */
   timeoutMs?: number;
   /** Methods that are guarded and keyed; others go to fetch untouched. Default POST and PATCH. */
   methods?: readonly string[];
@@ -87,7 +95,11 @@ export interface IdempotentFetchOptions extends Omit<Partial<HttpPreset>, 'name'
    * classified (`classifyHttpError`) and thrown. Default: below 400.
    */
   accept?: (status: number) => boolean;
-  /** The fetch to call. Default `globalThis.fetch`. */
+  /**
+   * The fetch to call. Default: `deadlineFetch(timeoutMs)` for guarded requests (a hard deadline,
+   * the socket reset after it; no redirects followed), `globalThis.fetch` for the others. A
+   * `fetch` given here is used for both, and the deadline is then its own.
+   */
   fetch?: typeof fetch;
   /** The ledger's provider label. Default: the preset's name, else `http`. */
   provider?: string;
@@ -95,9 +107,6 @@ export interface IdempotentFetchOptions extends Omit<Partial<HttpPreset>, 'name'
 
 /** Default per-request timeout: 30,000 ms. */
 export const DEFAULT_TIMEOUT_MS = 30_000;
-
-/** Added to the timeout for the default quiet period of APIs without a conflict status: 5 s. */
-const QUIET_MARGIN_MS = 5_000;
 
 /** The options resolved once per wrapper. */
 interface Resolved {
@@ -114,6 +123,8 @@ interface Resolved {
   keep: ReadonlySet<string>;
   accept: (status: number) => boolean;
   fetch: typeof fetch;
+  /** The transport of guarded requests. */
+  send: typeof fetch;
   semantics: ClassifySemantics;
 }
 
@@ -206,13 +217,14 @@ function resolve(ctx: Context, options: IdempotentFetchOptions): Resolved {
         ? recallWithin(replayWindowMs(retention))
         : (policy as Resolved['onUnknown']),
     quietPeriodMs:
-      options.quietPeriodMs ?? (conflictStatuses.length > 0 ? 0 : timeoutMs + QUIET_MARGIN_MS),
+      options.quietPeriodMs ?? (conflictStatuses.length > 0 ? 0 : deadlineQuietPeriodMs(timeoutMs)),
     timeoutMs,
     methods,
     hashHeaders: (options.hashHeaders ?? []).map((h) => h.toLowerCase()),
     keep,
     accept: options.accept ?? ((s) => s < 400),
     fetch: fetchImpl,
+    send: options.fetch ?? deadlineFetch(timeoutMs),
     semantics: {
       conflictStatuses,
       mismatch,
@@ -374,7 +386,7 @@ async function send(
   signals: AbortSignal[],
 ): Promise<{ response: Response; bytes: Uint8Array }> {
   const placed = withKey(req, 'header' in r.where ? formatKey(key, r.keyFormat) : key, r.where);
-  const response = await r.fetch(req.url, {
+  const response = await r.send(req.url, {
     ...req.rest,
     method: req.method,
     headers: placed.headers,

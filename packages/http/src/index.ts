@@ -5,6 +5,7 @@
  * `@cyclone/http/testing`) a local fake of such an API.
  */
 export { type ClassifySemantics, classifyHttpError, DRAFT_SEMANTICS } from './classify.js';
+export { deadlineFetch } from './deadline-fetch.js';
 export {
   HttpKeyInUseError,
   HttpResponseError,

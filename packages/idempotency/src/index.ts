@@ -6,6 +6,15 @@ export {
   type Queryable,
 } from './adapter-db.js';
 export {
+  DEADLINE_EXCEEDED,
+  DEADLINE_NOT_CONNECTED,
+  DEADLINE_QUIET_MARGIN_MS,
+  type DeadlineAgentOptions,
+  deadlineAgent,
+  deadlineQuietPeriodMs,
+  ProviderDeadlineError,
+} from './deadline.js';
+export {
   AmbiguousOutcomeError,
   DefinitiveFailureError,
   IdempotencyConflictError,

@@ -97,11 +97,14 @@ const NOT_SENT_CODES = new Set([
   'ENETUNREACH',
   'EHOSTUNREACH',
   'UND_ERR_CONNECT_TIMEOUT',
+  // deadline.ts: the socket never connected and was closed in SYN-SENT.
+  'CYCLONE_DEADLINE_NOT_CONNECTED',
 ]);
 
 /** Transport codes of failures that may come after the request was sent. */
 const AMBIGUOUS_CODES = new Set([
   'ECONNRESET',
+  'CYCLONE_DEADLINE_EXCEEDED',
   'EPIPE',
   'ETIMEDOUT',
   'ECONNABORTED',

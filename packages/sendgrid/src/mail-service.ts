@@ -2,8 +2,13 @@
  * Building a `MailService` that is safe for the adapter and for tests: its own `Client` (never the
  * process-wide singletons), `setApiKey` before `baseUrl` (setApiKey resets the base URL), and a
  * request timeout (the SDK has none by default, so an unbounded call could outlive the step's
- * lease).
+ * lease), enforced as a hard deadline over the whole request by `@cyclone/idempotency`'s
+ * `deadlineAgent`: axios' own timeout starts only once connected, so a connect whose SYN is
+ * dropped (a partition) would otherwise wait for the kernel's SYN retries and send the mail after
+ * the heal. Past the deadline the socket is reset, so no byte of the request reaches SendGrid
+ * later than `timeoutMs` after the send started.
  */
+import { deadlineAgent } from '@cyclone/idempotency';
 import { Client } from '@sendgrid/client';
 import { MailService } from '@sendgrid/mail';
 
@@ -19,7 +24,10 @@ export interface MailServiceOptions {
    * (`https://api.sendgrid.com/`). Applied after the API key, which would otherwise reset it.
    */
   baseUrl?: string;
-  /** Request timeout in ms. Default `DEFAULT_MAIL_TIMEOUT_MS` (10,000). */
+  /**
+   * Request timeout in ms, a hard deadline from the request's start (DNS, connect, TLS, the
+   * response read whole). Default `DEFAULT_MAIL_TIMEOUT_MS` (10,000).
+   */
   timeoutMs?: number;
 }
 
@@ -35,6 +43,11 @@ export function createMailService(options: MailServiceOptions): MailService {
   const client = new Client();
   client.setApiKey(options.apiKey);
   if (options.baseUrl) client.setDefaultRequest('baseUrl', options.baseUrl);
+  // axios takes the agent matching the URL's protocol.
+  client.setDefaultRequest({
+    httpAgent: deadlineAgent('http:', timeoutMs),
+    httpsAgent: deadlineAgent('https:', timeoutMs),
+  } as never);
   const mail = new MailService();
   mail.setClient(client);
   mail.setTimeout(timeoutMs);

@@ -22,7 +22,13 @@ interface StripeErrorLike {
 }
 
 /** Transport codes of a request that never reached Stripe. */
-const TRANSPORT_NOT_SENT = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN']);
+// CYCLONE_DEADLINE_NOT_CONNECTED: the hard deadline (deadline.ts) closed a socket still in SYN-SENT.
+const TRANSPORT_NOT_SENT = new Set([
+  'ECONNREFUSED',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'CYCLONE_DEADLINE_NOT_CONNECTED',
+]);
 
 /** True for the SDK's errors: their `type` is the class name (`StripeCardError`, …). */
 function isStripeError(err: unknown): err is StripeErrorLike & { type: string } {

@@ -16,6 +16,7 @@ import {
 } from '@cyclone/idempotency';
 import type Stripe from 'stripe';
 import { classifyStripeError } from './classify.js';
+import { installDeadline } from './deadline.js';
 import {
   callerKeyScope,
   callerStripeKey,
@@ -212,6 +213,7 @@ export function idempotentStripe<S extends Stripe>(
   options: IdempotentStripeOptions = {},
 ): S {
   if (options.scope !== undefined) idempotencyKey(ctx, options.scope); // validates the scope
+  installDeadline(stripe);
   const policy = options.onUnknown ?? 'reconcile';
   const windowMs = options.replayWindowMs ?? DEFAULT_REPLAY_WINDOW_MS;
   const raw = stripe as unknown as {

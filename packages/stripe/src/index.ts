@@ -4,6 +4,7 @@
  * call. The fake Stripe API for tests is `@cyclone/stripe/testing`.
  */
 export { classifyStripeError } from './classify.js';
+export { installDeadline } from './deadline.js';
 export {
   DEFAULT_REPLAY_WINDOW_MS,
   type IdempotentStripeOptions,

@@ -8,6 +8,7 @@
  */
 import type { Context } from '@cyclone/core';
 import {
+  deadlineQuietPeriodMs,
   InProgressError,
   idempotencyKey,
   once,
@@ -22,6 +23,7 @@ import type {
   MessageListInstanceCreateOptions,
 } from 'twilio/lib/rest/api/v2010/account/message.js';
 import { classifyTwilioError } from './classify.js';
+import { installDeadline } from './deadline.js';
 import { callbacksForKey, statusCallbackUrl } from './reconcile.js';
 import { type SeenResponse, withResponseHeaders } from './response-headers.js';
 import type { TwilioDb } from './tables.js';
@@ -130,14 +132,17 @@ export type TwilioMessagingClient = Pick<twilio.Twilio, 'messages'> & {
   };
 };
 
-const QUIET_MARGIN_MS = 5_000;
-
-/** The worst-case duration of one create with this client's `RequestClient` (see `quietPeriodMs`). */
+/**
+ * The longest time after a create's start that one of its requests can reach Twilio, with this
+ * client's `RequestClient` (see `quietPeriodMs`): each request runs under the hard deadline
+ * `installDeadline` puts on the client (its timeout), one after the other with the SDK's 429
+ * retries, plus `DEADLINE_QUIET_MARGIN_MS`.
+ */
 export function twilioQuietPeriodMs(client: TwilioMessagingClient): number {
   const h = client.httpClient;
   const timeout = h?.defaultTimeout ?? 30_000;
   const retries = h?.autoRetry ? (h.maxRetries ?? 3) : 0;
-  return timeout * (1 + retries) + retries * (h?.maxRetryDelay ?? 3_000) + QUIET_MARGIN_MS;
+  return deadlineQuietPeriodMs(timeout, 1 + retries, retries * (h?.maxRetryDelay ?? 3_000));
 }
 
 /** A message instance as stored JSON. */
@@ -181,6 +186,7 @@ export function idempotentTwilio(
 ): IdempotentTwilio {
   const key = idempotencyKey(ctx, options.scope); // validates the scope now
   if (options.statusCallback !== undefined) statusCallbackUrl(options.statusCallback, key);
+  installDeadline(client);
   const quietPeriodMs = options.quietPeriodMs ?? twilioQuietPeriodMs(client);
   const policy = options.onUnknown ?? 'reconcile';
 

@@ -1,4 +1,5 @@
 export { classifyTwilioError, isTwilioHttpError } from './classify.js';
+export { installDeadline } from './deadline.js';
 export {
   type IdempotentTwilio,
   type IdempotentTwilioOptions,

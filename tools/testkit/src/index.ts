@@ -18,6 +18,12 @@ export {
   startPgBouncer,
 } from './pgbouncer.js';
 export {
+  type PartitionOutcome,
+  ProviderPartition,
+  type ReceivedRequest,
+  type ScenarioTiming,
+} from './provider-partition.js';
+export {
   engineClientOptions,
   engineUrl,
   engineWorkerOptions,
