@@ -16,6 +16,7 @@ import { type ExecuteParts, executeStep, Outcome, StepAbort } from './execute-st
 import { FlowControl } from './flow.js';
 import { LazyChildLogger, type Logger } from './logger.js';
 import type { Recorded } from './recorded.js';
+import type { SharedClaim } from './shared-claim.js';
 import {
   type ClaimedStep,
   claimSteps,
@@ -78,6 +79,11 @@ export interface ClaimParts {
   telemetry: WorkerTelemetry | undefined;
   /** False once the worker stops: the loop ends after its current claim. */
   isRunning(): boolean;
+  /**
+   * The plain claim shared with the other workers on a caller-given pool; undefined for a
+   * worker with its own pools, which claims on its own.
+   */
+  sharedClaim?: SharedClaim;
 }
 
 /** Claims and starts steps while the worker runs; see the module comment. */
@@ -171,6 +177,10 @@ export class ClaimLoop {
    */
   async cancel(): Promise<void> {
     const c = this.claimConn;
+    const shared = this.parts.sharedClaim;
+    if (shared && !(await shared.cancel(this.config.workerId))) {
+      this.parts.log.warn({}, 'could not cancel the shared claim in flight');
+    }
     if (c && !(await cancelStatement(c))) {
       this.parts.log.warn({}, 'could not cancel the claim in flight');
     }
@@ -218,20 +228,23 @@ export class ClaimLoop {
   private async idleWait(): Promise<number> {
     const { parts, config } = this;
     try {
-      const dueIn = await withTransaction(parts.controlPool, async (c) => {
-        this.claimConn = c;
-        try {
-          return await nextDueIn(c, parts.db, {
-            workflows: this.workflowNames,
-            nodeKeys: this.nodeKeys,
-            lockTimeoutMs: 100,
-            // Cut off between its statements and its COMMIT, the transaction ends on the server.
-            idleLimitMs: config.leaseMs,
-          });
-        } finally {
-          this.claimConn = undefined;
-        }
-      });
+      const read = () =>
+        withTransaction(parts.controlPool, async (c) => {
+          this.claimConn = c;
+          try {
+            return await nextDueIn(c, parts.db, {
+              workflows: this.workflowNames,
+              nodeKeys: this.nodeKeys,
+              lockTimeoutMs: 100,
+              // Cut off between its statements and its COMMIT, the transaction ends on the server.
+              idleLimitMs: config.leaseMs,
+            });
+          } finally {
+            this.claimConn = undefined;
+          }
+        });
+      // Workers sharing a claim share the read too (same workflows and nodes).
+      const dueIn = await (parts.sharedClaim ? parts.sharedClaim.nextDue(read) : read());
       this.dueReadAt = Date.now();
       this.dueAt = dueIn === undefined ? undefined : this.dueReadAt + dueIn;
       if (dueIn === undefined) return config.pollIntervalMs;
@@ -302,26 +315,37 @@ export class ClaimLoop {
       nodeKeys: this.nodeKeys,
     };
     const t0 = parts.telemetry?.claimStarted();
-    const rows = await withConnection(parts.controlPool, async (c) => {
-      // Known while the statement runs, so that stop() can cancel a claim that hangs.
-      this.claimConn = c;
-      try {
-        return await claimSteps(c, parts.db, params);
-      } catch (err) {
-        if (!isLimitExceeded(err)) throw err;
-        // One step's data is over a limit of PostgreSQL's (its upstream outputs too large for
-        // one JSON value): the statement failed whole, and that step, the oldest, would be in
-        // every claim. Claim without the upstream outputs; each step loads its own, so only
-        // the one that cannot fails.
-        parts.log.warn(
-          { err: String(err) },
-          'claim failed on a data limit; claiming steps without their upstream outputs',
-        );
-        return await claimStepsWithoutUpstream(c, parts.db, params);
-      } finally {
-        this.claimConn = undefined;
-      }
-    });
+    const rows = parts.sharedClaim
+      ? await parts.sharedClaim.claim(
+          config.workerId,
+          limit,
+          () => parts.isRunning(),
+          (err) =>
+            parts.log.warn(
+              { err: String(err) },
+              'claim failed on a data limit; claiming steps without their upstream outputs',
+            ),
+        )
+      : await withConnection(parts.controlPool, async (c) => {
+          // Known while the statement runs, so that stop() can cancel a claim that hangs.
+          this.claimConn = c;
+          try {
+            return await claimSteps(c, parts.db, params);
+          } catch (err) {
+            if (!isLimitExceeded(err)) throw err;
+            // One step's data is over a limit of PostgreSQL's (its upstream outputs too large for
+            // one JSON value): the statement failed whole, and that step, the oldest, would be in
+            // every claim. Claim without the upstream outputs; each step loads its own, so only
+            // the one that cannot fails.
+            parts.log.warn(
+              { err: String(err) },
+              'claim failed on a data limit; claiming steps without their upstream outputs',
+            );
+            return await claimStepsWithoutUpstream(c, parts.db, params);
+          } finally {
+            this.claimConn = undefined;
+          }
+        });
     if (t0 !== undefined) parts.telemetry?.claimEnded(t0);
     this.startAll(rows);
     return rows.length;

@@ -28,6 +28,7 @@ import type { Logger } from './logger.js';
 import { Registry } from './registry.js';
 import type { Schedule } from './schedule.js';
 import { Scheduler } from './scheduler.js';
+import { sharedClaim } from './shared-claim.js';
 import { queueStats } from './sql/metrics.js';
 import type { SweptStep } from './sql/sweep.js';
 import { Sweep } from './sweep.js';
@@ -241,6 +242,17 @@ export class Worker {
         inflight: this.inflight,
         telemetry,
         isRunning: () => this.state === 'running',
+        sharedClaim: pools.owned
+          ? undefined
+          : sharedClaim({
+              pool: this.controlPool,
+              db,
+              leaseMs,
+              workflows: [...this.workflows.keys()],
+              nodeKeys: [...this.workflows.values()].flatMap((wf) =>
+                wf.nodes.map((n) => `${wf.name}/${n.name}`),
+              ),
+            }),
       },
       {
         workerId: this.workerId,

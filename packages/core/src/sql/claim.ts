@@ -37,8 +37,18 @@ export const PRIORITIES = (s: string) => `p AS (
   FROM p WHERE p.priority IS NOT NULL
 )`;
 
-/** The claim over the upstream expression `upstream` (WITH_UPSTREAM or WITHOUT_UPSTREAM). */
-const claimFrom = (s: string, upstream: typeof WITH_UPSTREAM | typeof WITHOUT_UPSTREAM) => `
+/**
+ * The claim over the upstream expression `upstream` (WITH_UPSTREAM or WITHOUT_UPSTREAM). For the
+ * claim of several workers (`claimStepsSharedSql`) `owners`, `owner` and `claimed` are
+ * SHARED_OWNERS, SHARED_OWNER and SHARED_CLAIMED; by default the claim of one worker ($3).
+ */
+const claimFrom = (
+  s: string,
+  upstream: typeof WITH_UPSTREAM | typeof WITHOUT_UPSTREAM,
+  owners: typeof NO_OWNERS = NO_OWNERS,
+  owner: typeof ONE_OWNER = ONE_OWNER,
+  claimed: typeof ONE_CLAIMED = ONE_CLAIMED,
+) => `
 WITH RECURSIVE ${PRIORITIES(s)}, c AS MATERIALIZED (
   SELECT x.run_id, x.node FROM p CROSS JOIN LATERAL (
     SELECT run_id, node, scheduled_at FROM ${s}.cyclone_steps
@@ -51,19 +61,53 @@ WITH RECURSIVE ${PRIORITIES(s)}, c AS MATERIALIZED (
   ) x
   ORDER BY p.priority DESC, x.scheduled_at
   LIMIT $2
-), u AS (
+)${owners(s)}, u AS (
   UPDATE ${s}.cyclone_steps t
-  SET state = 'running', attempt = t.attempt + 1, lease_owner = $3,
+  SET state = 'running', attempt = t.attempt + 1, lease_owner = ${owner(s)},
       lease_expires_at = now() + make_interval(secs => $4::double precision / 1000),
       started_at = now(), updated_at = now()
-  FROM c WHERE t.run_id = c.run_id AND t.node = c.node
+  FROM ${claimed(s)}
+  WHERE t.run_id = c.run_id AND t.node = c.node
   RETURNING t.run_id, t.node, t.workflow, t.action, t.attempt, t.max_attempts, t.ancestors,
-            t.snoozes
+            t.snoozes, t.lease_owner
 )
-SELECT u.run_id, u.node, u.workflow, u.action, u.attempt, u.max_attempts, u.snoozes,
+SELECT u.run_id, u.node, u.workflow, u.action, u.attempt, u.max_attempts, u.snoozes, u.lease_owner,
   r.input AS run_input, r.traceparent,
   ${upstream(s)}
 FROM u JOIN ${s}.cyclone_runs r ON r.id = u.run_id`;
+
+/**
+ * The workers of a shared claim (`w`): worker $3[i] takes $6[i] slots, and the claimed rows,
+ * numbered 1 to n (`cn.rn`, n at most $2, the sum of the slots), go to the workers in array
+ * order, each up to its slots (`hi` is the last row number of a worker's share), so every row has
+ * exactly one owner.
+ */
+const SHARED_OWNERS = (_s: string) => `, cn AS (
+  SELECT run_id, node, row_number() OVER () AS rn FROM c
+), w AS (
+  SELECT o.id, o.slots, sum(o.slots) OVER (ORDER BY o.ord) AS hi
+  FROM unnest($3::text[], $6::int[]) WITH ORDINALITY AS o(id, slots, ord)
+)`;
+/** A shared claim's lease owner: the worker whose share holds the row. */
+const SHARED_OWNER = (_s: string) => 'w.id';
+/** A shared claim's rows, each joined to its one owner. */
+const SHARED_CLAIMED = (_s: string) => 'cn c JOIN w ON c.rn > w.hi - w.slots AND c.rn <= w.hi';
+/** The claim of one worker: no owners to number, the worker $3 owns every row. */
+const NO_OWNERS = (_s: string) => '';
+const ONE_OWNER = (_s: string) => '$3';
+const ONE_CLAIMED = (_s: string) => 'c';
+
+/**
+ * The claim of several workers on one pool in one statement: as `claimStepsSql`, but $3 is the
+ * workers' ids (text[]) and $6 their free slots (int[], in the same order), $2 their sum; each
+ * claimed row is leased to one of them (`lease_owner`, returned), the first rows in claim order to
+ * the first worker up to its slots, and so on, so no worker gets more than it asked for.
+ */
+export const claimStepsSharedSql = (s: string) =>
+  claimFrom(s, WITH_UPSTREAM, SHARED_OWNERS, SHARED_OWNER, SHARED_CLAIMED);
+/** `claimStepsSharedSql` without the upstream outputs (see `claimStepsWithoutUpstreamSql`). */
+export const claimStepsSharedWithoutUpstreamSql = (s: string) =>
+  claimFrom(s, WITHOUT_UPSTREAM, SHARED_OWNERS, SHARED_OWNER, SHARED_CLAIMED);
 
 const WITH_UPSTREAM = (s: string) => `CASE WHEN cardinality(u.ancestors) = 0 THEN '{}'::jsonb ELSE
   (SELECT coalesce(jsonb_object_agg(a.node, a.output), '{}'::jsonb) FROM ${s}.cyclone_steps a
@@ -105,12 +149,19 @@ export interface ClaimedStep {
   upstream: Record<string, Json> | null;
   /** The W3C traceparent of the span that submitted the run; null when none was recording. */
   traceparent: string | null;
+  /** The worker the step is leased to (returned by the plain and shared claims). */
+  lease_owner?: string;
 }
 
 const claimStepsStatement = defineStatement('claim_steps', claimStepsSql);
 const claimStepsWithoutUpstreamStatement = defineStatement(
   'claim_steps_without_upstream',
   claimStepsWithoutUpstreamSql,
+);
+const claimStepsSharedStatement = defineStatement('claim_steps_shared', claimStepsSharedSql);
+const claimStepsSharedWithoutUpstreamStatement = defineStatement(
+  'claim_steps_shared_without_upstream',
+  claimStepsSharedWithoutUpstreamSql,
 );
 const selectUpstreamStatement = defineStatement('select_upstream', selectUpstreamSql, false);
 
@@ -161,6 +212,42 @@ export async function claimSteps(
   p: ClaimParams,
 ): Promise<ClaimedStep[]> {
   const { rows } = await send<ClaimedStep>(on, claimStepsStatement(db), claimValues(p));
+  return rows;
+}
+
+/** What `claimStepsShared` takes: the workers' ids and free slots, in the order they are served. */
+export interface SharedClaimParams {
+  workflows: string[];
+  workerIds: string[];
+  slots: number[];
+  leaseMs: number;
+  /** `workflow/node` of every node the workers can run (the same for all of them). */
+  nodeKeys: string[];
+  /** Claim without the upstream outputs (see `claimStepsWithoutUpstreamSql`). */
+  withoutUpstream?: boolean;
+}
+
+/**
+ * Leases up to the sum of `slots` claimable steps, each to one of `workerIds` and at most
+ * `slots[i]` to `workerIds[i]` (the row's `lease_owner`).
+ */
+export async function claimStepsShared(
+  on: Queryable,
+  db: SqlScope,
+  p: SharedClaimParams,
+): Promise<ClaimedStep[]> {
+  const statement = p.withoutUpstream
+    ? claimStepsSharedWithoutUpstreamStatement(db)
+    : claimStepsSharedStatement(db);
+  const limit = p.slots.reduce((a, b) => a + b, 0);
+  const { rows } = await send<ClaimedStep>(on, statement, [
+    p.workflows,
+    limit,
+    p.workerIds,
+    p.leaseMs,
+    p.nodeKeys,
+    p.slots,
+  ]);
   return rows;
 }
 

@@ -1,0 +1,177 @@
+/**
+ * The plain claim shared by the workers on one caller-given pool: their requests, each of the
+ * worker's free slots, go out together in one claim statement (`claimStepsShared`), which leases
+ * each step it takes to one of them, never more than a worker asked for. A worker of concurrency
+ * 10 claims at most 10 steps per statement; ten of them on one pool would send ten statements
+ * where one does. Each step then belongs to its worker alone: its lease owner, heartbeat and
+ * fencing token are that worker's, as with its own claim.
+ */
+import type pg from 'pg';
+import { cancelStatement } from './cancel.js';
+import { withConnection } from './db.js';
+import { type ClaimedStep, claimStepsShared } from './sql/claim.js';
+import type { SqlScope } from './sql/statement.js';
+
+/** A worker's request: up to `limit` steps for `workerId`, while `isRunning()`. */
+interface Request {
+  workerId: string;
+  limit: number;
+  isRunning: () => boolean;
+  onLimit: (err: unknown) => void;
+  resolve: (rows: ClaimedStep[]) => void;
+  reject: (err: unknown) => void;
+}
+
+/** What one shared claim serves: the same pool, schema, lease, workflows and nodes. */
+export interface SharedClaimConfig {
+  pool: pg.Pool;
+  db: SqlScope;
+  leaseMs: number;
+  workflows: string[];
+  nodeKeys: string[];
+}
+
+/**
+ * One claim statement at a time for every worker that asks; the requests that arrive while it
+ * runs go out together in the next one.
+ */
+export class SharedClaim {
+  private queue: Request[] = [];
+  private flushing = false;
+  /** The workers of the statement in flight, and its connection (for `cancel`). */
+  private current: { workerIds: Set<string>; conn: pg.ClientBase | undefined } | undefined;
+
+  constructor(private readonly config: SharedClaimConfig) {}
+
+  /**
+   * Up to `limit` steps leased to `workerId`, claimed with the other workers' requests in one
+   * statement. A worker that no longer runs when the statement is made gets none.
+   * @throws the claim statement's error (every worker of that statement gets it).
+   * @param onLimit called (for the first worker of the statement) before the statement is sent again without the upstream outputs
+   *   (`claimStepsWithoutUpstream`), when it failed on a size limit of PostgreSQL's.
+   */
+  claim(
+    workerId: string,
+    limit: number,
+    isRunning: () => boolean,
+    onLimit: (err: unknown) => void,
+  ): Promise<ClaimedStep[]> {
+    return new Promise((resolve, reject) => {
+      this.queue.push({ workerId, limit, isRunning, onLimit, resolve, reject });
+      if (!this.flushing) {
+        this.flushing = true;
+        // A turn of the event loop, so that the workers woken by one NOTIFY ask together.
+        setImmediate(() => void this.flush());
+      }
+    });
+  }
+
+  /**
+   * The next due time as `read` gives it, or as the read already in flight for another worker
+   * gives it: workers whose claims came back short together need one read between them, not one
+   * each (a step added after the read began wakes them by its NOTIFY all the same).
+   */
+  nextDue(read: () => Promise<number | undefined>): Promise<number | undefined> {
+    if (this.dueRead) return this.dueRead;
+    const p = read().finally(() => {
+      if (this.dueRead === p) this.dueRead = undefined;
+    });
+    this.dueRead = p;
+    return p;
+  }
+
+  /** The next-due read in flight, if any (`nextDue`). */
+  private dueRead: Promise<number | undefined> | undefined;
+
+  /**
+   * Cancels the claim statement in flight if it claims for `workerId` (`ClaimLoop.cancel`); the
+   * other workers of that statement get its error and claim again.
+   * @returns false when a statement for the worker was in flight and could not be cancelled.
+   */
+  async cancel(workerId: string): Promise<boolean> {
+    const cur = this.current;
+    if (!cur?.conn || !cur.workerIds.has(workerId)) return true;
+    return cancelStatement(cur.conn);
+  }
+
+  /** Sends the queued requests as one statement, then the ones that came meanwhile. */
+  private async flush(): Promise<void> {
+    while (this.queue.length > 0) {
+      const batch = this.queue;
+      this.queue = [];
+      const live: Request[] = [];
+      for (const r of batch) {
+        // A stopping worker is handed nothing new.
+        if (r.limit > 0 && r.isRunning()) live.push(r);
+        else r.resolve([]);
+      }
+      if (live.length === 0) continue;
+      try {
+        const rows = await this.send(live);
+        const byWorker = new Map<string, ClaimedStep[]>();
+        for (const row of rows) {
+          const owner = row.lease_owner as string;
+          const list = byWorker.get(owner);
+          if (list) list.push(row);
+          else byWorker.set(owner, [row]);
+        }
+        for (const r of live) r.resolve(byWorker.get(r.workerId) ?? []);
+      } catch (err) {
+        for (const r of live) r.reject(err);
+      }
+    }
+    this.flushing = false;
+  }
+
+  private send(live: readonly Request[]): Promise<ClaimedStep[]> {
+    const { pool, db, leaseMs, workflows, nodeKeys } = this.config;
+    const workerIds = live.map((r) => r.workerId);
+    const params = { workflows, workerIds, slots: live.map((r) => r.limit), leaseMs, nodeKeys };
+    return withConnection(pool, async (c) => {
+      this.current = { workerIds: new Set(workerIds), conn: c };
+      try {
+        return await claimStepsShared(c, db, params);
+      } catch (err) {
+        if (!isLimitExceededCode(err)) throw err;
+        live[0]?.onLimit(err);
+        return await claimStepsShared(c, db, { ...params, withoutUpstream: true });
+      } finally {
+        this.current = undefined;
+      }
+    });
+  }
+}
+
+/** A statement that failed on one of PostgreSQL's size limits (SQLSTATE class 54). */
+function isLimitExceededCode(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null | undefined)?.code;
+  return typeof code === 'string' && code.startsWith('54');
+}
+
+/** The shared claims of caller-given pools, by pool, then schema, lease and nodes. */
+const claims = new WeakMap<pg.Pool, Map<string, SharedClaim>>();
+
+/**
+ * The claim shared by the workers on `config.pool` with the same schema, lease and nodes
+ * (workers of one `Client` made with a caller-given pool).
+ */
+export function sharedClaim(config: SharedClaimConfig): SharedClaim {
+  let byKey = claims.get(config.pool);
+  if (!byKey) {
+    byKey = new Map();
+    claims.set(config.pool, byKey);
+  }
+  const key = [
+    config.db.q,
+    config.db.prepare,
+    config.leaseMs,
+    [...config.workflows].sort().join(','),
+    [...config.nodeKeys].sort().join(','),
+  ].join('\u0000');
+  let c = byKey.get(key);
+  if (!c) {
+    c = new SharedClaim(config);
+    byKey.set(key, c);
+  }
+  return c;
+}
