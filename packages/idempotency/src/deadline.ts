@@ -25,7 +25,13 @@
  * the network: one queued by the kernel while it resolves a directly attached peer's address
  * (ARP, a few seconds of probes) goes out if the resolution succeeds, reset socket or not.
  * `deadlineQuietPeriodMs` adds a margin for these.
+ *
+ * Inside `once()`, a request is also bounded by the call's start as the ledger stamped it
+ * (`withCallDeadline`): a worker cut off right after sending that stamp hears of its commit only
+ * once the network heals, possibly after the quiet period; its request is then refused unsent
+ * rather than made late, when another attempt may already have settled the key.
  */
+import { AsyncLocalStorage } from 'node:async_hooks';
 import * as http from 'node:http';
 import * as https from 'node:https';
 import * as net from 'node:net';
@@ -65,11 +71,17 @@ export class ProviderDeadlineError extends Error {
   /** Whether the request's socket had connected. */
   readonly connected: boolean;
 
-  constructor(deadlineMs: number, connected: boolean) {
+  /**
+   * @param late true when the request was refused unsent because the call's time since the
+   *   ledger's stamp had run out (`withCallDeadline`).
+   */
+  constructor(deadlineMs: number, connected: boolean, late = false) {
     super(
       connected
         ? `no complete response within the hard deadline of ${deadlineMs} ms; the connection was reset (the request may have been sent)`
-        : `not connected within the hard deadline of ${deadlineMs} ms; the connection attempt was abandoned (nothing was sent)`,
+        : late
+          ? "the call's time since its start was stamped in the ledger ran out before the request could be sent; nothing was sent"
+          : `not connected within the hard deadline of ${deadlineMs} ms; the connection attempt was abandoned (nothing was sent)`,
     );
     this.name = 'ProviderDeadlineError';
     this.code = connected ? DEADLINE_EXCEEDED : DEADLINE_NOT_CONNECTED;
@@ -92,6 +104,32 @@ export interface DeadlineAgentOptions {
 interface Tcp {
   raw: net.Socket;
   connected: boolean;
+  /** `performance.now()` by which the request on it must be under way (see `armDeadline`). */
+  deadlineAt?: number;
+  deadlineMs?: number;
+}
+
+/** The absolute deadline (`performance.now()` ms) of the `once()` call a request is made for. */
+const callDeadline = new AsyncLocalStorage<number>();
+
+/**
+ * The instant (`performance.now()` ms) by which the requests of a call whose start the ledger
+ * stamped no earlier than `stampedAt` must be under way, so that none reaches the provider after
+ * `quietPeriodMs` from that stamp: the quiet period less `DEADLINE_QUIET_MARGIN_MS` (at least
+ * half of it). Undefined for a quiet period of 0 (the provider dedupes by key; nothing to bound).
+ */
+export function callDeadlineAt(stampedAt: number, quietPeriodMs: number): number | undefined {
+  if (!(quietPeriodMs > 0)) return undefined;
+  return stampedAt + Math.max(quietPeriodMs - DEADLINE_QUIET_MARGIN_MS, quietPeriodMs / 2);
+}
+
+/**
+ * Runs `fn` with `at` (`performance.now()` ms; undefined: none) as the deadline of every request
+ * a `deadlineAgent` sees from it: each request's own deadline is cut to what is left, and one
+ * made after `at` is refused unsent (`DEADLINE_NOT_CONNECTED`). `once()` sets it for its call.
+ */
+export function withCallDeadline<T>(at: number | undefined, fn: () => T): T {
+  return at === undefined ? fn() : callDeadline.run(at, fn);
 }
 
 const TCP = Symbol('cyclone.deadline.tcp');
@@ -129,6 +167,12 @@ export function deadlineAgent(
     const raw = net.connect(tcpOptions(o));
     const tcp: Tcp = { raw, connected: false };
     raw.once('connect', () => {
+      // Runs before http writes the request: a process stalled until after the deadline (its
+      // timer not run yet) must not send it now.
+      if (tcp.deadlineAt !== undefined && performance.now() >= tcp.deadlineAt) {
+        raw.destroy(new ProviderDeadlineError(tcp.deadlineMs ?? 0, false));
+        return;
+      }
       tcp.connected = true;
     });
     const sock: Tracked = protocol === 'https:' ? create({ ...o, socket: raw }, cb) : raw;
@@ -141,6 +185,8 @@ export function deadlineAgent(
   ).addRequest.bind(agent);
   (agent as unknown as { addRequest: typeof addRequest }).addRequest = (req, o) => {
     armDeadline(req, deadlineMs);
+    // Also for a request destroyed unsent: handing it a socket is how Node reports its error
+    // (onSocket sees it destroyed and writes nothing).
     addRequest(req, o);
   };
   return agent;
@@ -167,12 +213,29 @@ function resetOnDestroy(tcp: Tcp): void {
   } as typeof raw.destroy;
 }
 
-/** Destroys `req` `deadlineMs` from now unless it has closed (its response read, or failed). */
+/**
+ * Destroys `req` `deadlineMs` from now (or at its call's deadline, if sooner) unless it has
+ * closed (its response read, or failed); at once, unsent, when the call's deadline has passed.
+ */
 function armDeadline(req: http.ClientRequest, deadlineMs: number): void {
+  const now = performance.now();
+  const call = callDeadline.getStore();
+  const at = call === undefined ? now + deadlineMs : Math.min(now + deadlineMs, call);
+  if (at <= now) {
+    req.destroy(new ProviderDeadlineError(deadlineMs, false, true));
+    return;
+  }
+  req.once('socket', (s: Tracked) => {
+    const tcp = s[TCP];
+    if (tcp && !tcp.connected) {
+      tcp.deadlineAt = at;
+      tcp.deadlineMs = deadlineMs;
+    }
+  });
   const timer = setTimeout(() => {
     if (req.destroyed && req.socket === null) return;
     const tcp = (req.socket as Tracked | null)?.[TCP];
     req.destroy(new ProviderDeadlineError(deadlineMs, tcp?.connected ?? false));
-  }, deadlineMs);
+  }, at - now);
   req.once('close', () => clearTimeout(timer));
 }

@@ -19,7 +19,14 @@ import * as sql from './sql.js';
 /** What the claim decided. */
 export type Decision =
   | { kind: 'replay'; result: Json }
-  | { kind: 'call'; generation: number; calls: number; recall: boolean }
+  | {
+      kind: 'call';
+      generation: number;
+      calls: number;
+      recall: boolean;
+      /** `performance.now()` taken before the statement that stamped the call's start. */
+      stampedAt: number;
+    }
   | { kind: 'reconcile'; generation: number; callStartedAt: Date | null; ownerAttempt: number }
   | { kind: 'again' };
 
@@ -55,6 +62,8 @@ export function leaseLost(ctx: Context): LeaseLostError {
 /** Step 1 of the protocol: the fast insert, else the decision on the locked existing row. */
 export async function claimKey<T>(ctx: Context, opts: Normalised<T>): Promise<Decision> {
   const { pool, q } = ctx.client.db;
+  // No later than the server's stamp of the call's start, whichever statement makes it below.
+  const stampedAt = performance.now();
   const inserted = await pool.query<{
     inserted: boolean;
     generation: number;
@@ -74,7 +83,13 @@ export async function claimKey<T>(ctx: Context, opts: Normalised<T>): Promise<De
   ]);
   const first = inserted.rows[0];
   if (first?.inserted) {
-    return { kind: 'call', generation: first.generation, calls: first.calls, recall: false };
+    return {
+      kind: 'call',
+      generation: first.generation,
+      calls: first.calls,
+      recall: false,
+      stampedAt,
+    };
   }
   // A success is final: replay it without locking. Anything else takes the locked path.
   if (first?.phase === 'succeeded' && first.request_hash === opts.hash) {
@@ -101,7 +116,7 @@ export async function claimKey<T>(ctx: Context, opts: Normalised<T>): Promise<De
     const { rows } = await c.query<LockedRow>(sql.lockRow(q), [ctx.runId, opts.key, ctx.attempt]);
     const row = rows[0];
     if (row) {
-      result = await decideOnLockedRow(ctx, opts, row, c);
+      result = await decideOnLockedRow(ctx, opts, row, c, stampedAt);
     } else {
       // No row and no insert: the step fence failed, or the row vanished (reaped) meanwhile.
       const f = await c.query<{ held: boolean }>(selectStepHeld(q), [
@@ -155,6 +170,7 @@ async function decideOnLockedRow<T>(
   opts: Normalised<T>,
   row: LockedRow,
   c: Queryable,
+  stampedAt: number,
 ): Promise<Decision | Thrown> {
   const { q } = ctx.client.db;
   if (row.request_hash !== opts.hash) {
@@ -173,7 +189,7 @@ async function decideOnLockedRow<T>(
     ]);
     const t = r.rows[0];
     return t
-      ? { kind: 'call', generation: t.generation, calls: t.calls, recall }
+      ? { kind: 'call', generation: t.generation, calls: t.calls, recall, stampedAt }
       : thrown(leaseLost(ctx));
   };
 

@@ -19,6 +19,7 @@
  * `once-options.ts`.
  */
 import type { Context, Json } from '@cyclone/core';
+import { callDeadlineAt, withCallDeadline } from './deadline.js';
 import { IdempotencyConflictError, IdempotencyMismatchError } from './errors.js';
 import { claimKey, type Decision } from './once-decide.js';
 import {
@@ -199,6 +200,7 @@ async function reconcile<T>(
   }
   throwIfAborted(ctx);
   const { pool, q } = ctx.client.db;
+  const stampedAt = performance.now();
   const r = await pool.query<{ generation: number; calls: number }>(sql.stampRecall(q), [
     ctx.runId,
     opts.key,
@@ -210,7 +212,7 @@ async function reconcile<T>(
   // The row changed meanwhile (e.g. a zombie recorded its success) or the fence failed: claim
   // again, which sees what happened.
   if (!t) return { kind: 'again' };
-  return { kind: 'call', generation: t.generation, calls: t.calls, recall: true };
+  return { kind: 'call', generation: t.generation, calls: t.calls, recall: true, stampedAt };
 }
 
 /** Steps 2 and 3: the call, then its recorded outcome. */
@@ -231,15 +233,20 @@ async function call<T>(
   }
   const key = sendKey(opts, d.generation);
   let raw: T;
+  const info: CallInfo = {
+    ledgerKey: opts.key,
+    key,
+    generation: d.generation,
+    call: d.calls,
+    recall: d.recall,
+    signal: ctx.signal,
+  };
   try {
-    raw = await fn(key, {
-      ledgerKey: opts.key,
-      key,
-      generation: d.generation,
-      call: d.calls,
-      recall: d.recall,
-      signal: ctx.signal,
-    });
+    // Requests made through a deadline agent must leave within the quiet period counted from the
+    // ledger's stamp, however long this worker took to hear that the stamp committed.
+    raw = await withCallDeadline(callDeadlineAt(d.stampedAt, opts.quietPeriodMs), () =>
+      fn(key, info),
+    );
   } catch (err) {
     throw await recordCallFailure(ctx, opts, d.generation, err, d.calls);
   }
