@@ -26,7 +26,12 @@ import {
   markerMetadata,
 } from './keys.js';
 import { interceptStripe, type MutatingCall } from './proxy.js';
-import { findByMarker, METADATA_COLLECTIONS, RECONCILABLE_COLLECTIONS } from './reconcile.js';
+import {
+  failedConfirmation,
+  findByMarker,
+  METADATA_COLLECTIONS,
+  RECONCILABLE_COLLECTIONS,
+} from './reconcile.js';
 
 /**
  * How long after a call Stripe still replays its key, as the adapter counts it: 23 h in ms.
@@ -299,7 +304,22 @@ export function idempotentStripe<S extends Stripe>(
             // Since 26 h ago: the default policy re-sends only within the 23 h replay window.
             const since = Date.now() / 1000 - 26 * 3600;
             const found = await findByMarker(get, collection, sentKey, since);
-            if (found.found === 'one') return found.object;
+            if (found.found === 'one') {
+              // A confirming create that declined leaves its object behind (status
+              // requires_payment_method, last_payment_error): the call failed, it did not succeed.
+              const declined = failedConfirmation(collection, call.params, found.object);
+              if (declined === undefined) return found.object;
+              throw new OutcomeError(
+                {
+                  kind: 'definitive',
+                  status: 402,
+                  ...(declined.code !== undefined ? { code: declined.code } : {}),
+                  reason: `the ${collection} object under this key records a failed confirmation${declined.code ? ` (${declined.code})` : ''}`,
+                },
+                `Stripe answers ${String((err as { statusCode: number }).statusCode)} again under key ${sentKey} (its stored response); ${String(found.object.id)} carries the key and records a failed confirmation: ${declined.code ?? 'error'}${declined.declineCode ? ` (${declined.declineCode})` : ''}: ${declined.message}`,
+                { cause: err },
+              );
+            }
             if (found.found === 'none') {
               throw new OutcomeError(
                 {

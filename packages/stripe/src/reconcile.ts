@@ -116,3 +116,38 @@ export async function findByMarker(
   }
   return { found: 'too_many' };
 }
+
+/**
+ * The decline recorded on an object a confirming create left behind: a payment intent (or setup
+ * intent) created with `confirm: true` whose confirmation failed is still created, with status
+ * `requires_payment_method` and its error in `last_payment_error` (`last_setup_error`), while
+ * the create itself answered 402. Such an object found by its marker is the trace of a failed
+ * call, not its result.
+ * @param collection the create's collection (`/v1/payment_intents`).
+ * @param params the create's parameters (only `confirm` is read).
+ * @param object the object the marker lookup found.
+ * @returns the error's `code` (`card_declined`), `decline_code` and `message` when the object
+ *   records a failed confirmation of this create; undefined otherwise.
+ */
+export function failedConfirmation(
+  collection: string,
+  params: Record<string, unknown>,
+  object: Record<string, unknown>,
+): { code: string | undefined; declineCode: string | undefined; message: string } | undefined {
+  if (params.confirm !== true && params.confirm !== 'true') return undefined;
+  const field =
+    collection === '/v1/payment_intents'
+      ? 'last_payment_error'
+      : collection === '/v1/setup_intents'
+        ? 'last_setup_error'
+        : undefined;
+  if (field === undefined || object.status !== 'requires_payment_method') return undefined;
+  const error = object[field] as Record<string, unknown> | null | undefined;
+  if (error === null || typeof error !== 'object') return undefined;
+  const str = (v: unknown) => (typeof v === 'string' ? v : undefined);
+  return {
+    code: str(error.code),
+    declineCode: str(error.decline_code),
+    message: str(error.message) ?? 'the confirmation failed',
+  };
+}

@@ -276,6 +276,37 @@ describe('a 5xx that Stripe stored under the key (PROVIDERS.md § 4.2, 4)', () =
     expect(postKeys(fake)).toEqual([`${runId}:charge`, `${runId}:charge`, `${runId}:charge#g1`]);
     expect(fake.count('charge')).toBe(1);
   });
+
+  it('a declining card, declined before the 500: the lookup finds the declined intent, and the step fails as a decline instead of returning it', async () => {
+    // Fault: Stripe declined the card (the intent exists, with last_payment_error), then
+    // answered 500 instead of the 402 and stores that 500 under the key.
+    fake.inject({ kind: 'status', status: 500, commit: true }, { method: 'POST' });
+    const stripe = fake.client({ maxNetworkRetries: 0 });
+    const wf = singleNode(
+      newAction(
+        actionName('declined_500'),
+        async (ctx: Context) =>
+          (
+            await idempotentStripe(stripe, ctx).paymentIntents.create({
+              ...CHARGE,
+              payment_method: 'pm_card_chargeDeclined',
+            })
+          ).id,
+        { maxAttempts: 4, backoff: () => 50 },
+      ),
+    );
+    const { run, step, ledger } = await runOnce(h, wf, {});
+    expect(fake.requests.map((r) => `${r.method} ${r.outcome}`)).toEqual([
+      'POST fault',
+      'POST replayed',
+      'GET executed',
+    ]);
+    expect(fake.objects('payment_intent')[0]).toMatchObject({ status: 'requires_payment_method' });
+    expect(run.state, JSON.stringify(step.errors)).toBe('failed');
+    expect(step.errors[1]?.message).toMatch(/card_declined/);
+    expect(ledger[0]).toMatchObject({ phase: 'failed', error: { code: 'card_declined' } });
+    expect(fake.count('charge')).toBe(0);
+  });
 });
 
 describe('classifyStripeError (PROVIDERS.md § 4.2, Stripe row)', () => {
