@@ -100,11 +100,20 @@ export class SharedClaim {
       const batch = this.queue;
       this.queue = [];
       const live: Request[] = [];
+      const ids = new Set<string>();
+      const later: Request[] = [];
       for (const r of batch) {
         // A stopping worker is handed nothing new.
-        if (r.limit > 0 && r.isRunning()) live.push(r);
-        else r.resolve([]);
+        if (!(r.limit > 0 && r.isRunning())) r.resolve([]);
+        // The rows are handed out by lease owner: two workers given the same workerId in one
+        // statement would both get every row leased to it, and run it twice. One goes next time.
+        else if (ids.has(r.workerId)) later.push(r);
+        else {
+          ids.add(r.workerId);
+          live.push(r);
+        }
       }
+      if (later.length > 0) this.queue = later.concat(this.queue);
       if (live.length === 0) continue;
       try {
         const rows = await this.send(live);
