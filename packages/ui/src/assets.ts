@@ -74,7 +74,7 @@ export class Assets {
     const file = await this.file('index.html');
     const template = file
       ? Buffer.from(file.body).toString('utf8')
-      : '<!doctype html><html><head><meta charset="utf-8"><title>Cyclone</title></head><body><p>The pages of @cyclone/ui are not built here: run <code>pnpm --filter @cyclone/ui build</code>. The JSON API answers under <code>api/</code>.</p></body></html>';
+      : '<!doctype html><html><head><meta charset="utf-8"><title>Cyclone</title></head><body><p>The pages of @cyclone/ui are not built here: run <code>pnpm build</code> at the repository root (it builds the packages the pages need first), then start the server again. The JSON API answers under <code>api/</code>.</p></body></html>';
     return renderIndex(template, config);
   }
 
