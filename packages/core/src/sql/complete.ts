@@ -7,9 +7,9 @@
  * finishing at once never both miss a join and a run is completed (or failed) exactly once.
  */
 
+import { completionArrays } from './array-literal.js';
 import { runStepDiscardedSql } from './discard.js';
 import type { StepAttempt } from './heartbeat.js';
-import { completionArrays } from './array-literal.js';
 import { defineStatement, type Queryable, type SqlScope, send } from './statement.js';
 
 /**
