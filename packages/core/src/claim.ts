@@ -8,7 +8,7 @@ import type { Client } from './client.js';
 import type { Attempt, Completer, CompletionCounters } from './completion.js';
 import { CompletionTx } from './completion-tx.js';
 import { type Context, type ContextParts, makeContext } from './context.js';
-import { withConnection, withTransaction } from './db.js';
+import { isLimitExceeded, withConnection, withTransaction } from './db.js';
 import type { Backoff, NodeDef, Workflow } from './definitions.js';
 import { describeError } from './error-entry.js';
 import { LeaseLostError } from './errors.js';
@@ -531,9 +531,3 @@ class Step extends StepAbort implements StepHandle, ExecuteParts, Attempt, Conte
 }
 
 const NO_ANCESTORS: readonly string[] = [];
-
-/** A statement that failed on one of PostgreSQL's size limits (SQLSTATE class 54). */
-function isLimitExceeded(err: unknown): boolean {
-  const code = (err as { code?: unknown } | null | undefined)?.code;
-  return typeof code === 'string' && code.startsWith('54');
-}

@@ -115,6 +115,12 @@ export function isTransactionConflict(err: unknown): boolean {
   return code === '40P01' || code === '40001';
 }
 
+/** A statement that failed on one of PostgreSQL's size limits (SQLSTATE class 54). */
+export function isLimitExceeded(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null | undefined)?.code;
+  return typeof code === 'string' && code.startsWith('54');
+}
+
 /**
  * Runs `fn` with a connection checked out of `pool`. While checked out, the connection has an
  * 'error' listener of ours (pg emits 'error' on a checked-out client whose connection dies; with

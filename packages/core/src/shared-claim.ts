@@ -8,7 +8,7 @@
  */
 import type pg from 'pg';
 import { cancelStatement } from './cancel.js';
-import { withConnection } from './db.js';
+import { isLimitExceeded, withConnection } from './db.js';
 import { type ClaimedStep, claimStepsShared } from './sql/claim.js';
 import type { SqlScope } from './sql/statement.js';
 
@@ -141,7 +141,7 @@ export class SharedClaim {
       try {
         return await claimStepsShared(c, db, params);
       } catch (err) {
-        if (!isLimitExceededCode(err)) throw err;
+        if (!isLimitExceeded(err)) throw err;
         live[0]?.onLimit(err);
         return await claimStepsShared(c, db, { ...params, withoutUpstream: true });
       } finally {
@@ -149,12 +149,6 @@ export class SharedClaim {
       }
     });
   }
-}
-
-/** A statement that failed on one of PostgreSQL's size limits (SQLSTATE class 54). */
-function isLimitExceededCode(err: unknown): boolean {
-  const code = (err as { code?: unknown } | null | undefined)?.code;
-  return typeof code === 'string' && code.startsWith('54');
 }
 
 /** The shared claims of caller-given pools, by pool, then schema, lease and nodes. */
