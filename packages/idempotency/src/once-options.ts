@@ -52,6 +52,9 @@ export interface ReconcileInfo {
  * - resolves with the call's result (the same shape `fn` returns) when the effect is found →
  *   recorded `succeeded`, returned, no call;
  * - resolves `undefined` when the effect is provably absent → called again with the same key;
+ * - throws an `OutcomeError` whose outcome is `definitive` when the provider's evidence shows the
+ *   call failed (a payment intent left with its decline) → recorded `failed`, thrown as
+ *   `DefinitiveFailureError`, no call;
  * - throws when it cannot tell: a `NonRetryableError` (e.g. `UnknownOutcomeError`) discards the
  *   step for an operator; any other error retries the step later, reconciling again.
  */

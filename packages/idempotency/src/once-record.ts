@@ -12,6 +12,7 @@ import {
   IdempotencyMismatchError,
   IdempotencyPayloadError,
   NotSentError,
+  type OutcomeError,
   RateLimitedError,
   type StoredFailure,
 } from './errors.js';
@@ -156,6 +157,33 @@ export async function recordCallFailure<T>(
       await writeFailure(ctx, opts, generation, 'unknown', failure, true);
       return new AmbiguousOutcomeError(opts.key, outcome, err);
   }
+}
+
+/**
+ * The reconcile function found the call's trace of failure: records `failed` (fenced by this
+ * attempt's ownership) and returns the `DefinitiveFailureError` to throw. A lost fence returns
+ * `LeaseLostError`: a newer attempt owns the key and decides again.
+ */
+export async function recordReconciledFailure<T>(
+  ctx: Context,
+  opts: Normalised<T>,
+  generation: number,
+  err: OutcomeError,
+): Promise<Error> {
+  const failure = storedFailure(err, err.outcome);
+  const { pool, q } = ctx.client.db;
+  const r = await withDbRetry(() =>
+    pool.query(sql.recordReconciledFailure(q), [
+      ctx.runId,
+      opts.key,
+      ctx.node,
+      ctx.attempt,
+      generation,
+      JSON.stringify(failure),
+    ]),
+  );
+  if (!r.rows[0]) return leaseLost(ctx);
+  return new DefinitiveFailureError(opts.key, generation, failure, false, err);
 }
 
 /** Writes a failure outcome, fenced by owner and generation; a database error is only logged. */

@@ -20,7 +20,7 @@
  */
 import type { Context, Json } from '@cyclone/core';
 import { callDeadlineAt, withCallDeadline } from './deadline.js';
-import { IdempotencyConflictError, IdempotencyMismatchError } from './errors.js';
+import { IdempotencyConflictError, IdempotencyMismatchError, OutcomeError } from './errors.js';
 import { claimKey, type Decision } from './once-decide.js';
 import {
   type CallInfo,
@@ -33,6 +33,7 @@ import {
 import {
   type RecordedOnTx,
   recordCallFailure,
+  recordReconciledFailure,
   recordSuccess,
   reference,
   resultJson,
@@ -176,14 +177,20 @@ async function reconcile<T>(
 ): Promise<Decision> {
   const policy = opts.onUnknown as Reconcile<T>;
   const key = sendKey(opts, d.generation);
-  const found = await policy(key, {
-    ledgerKey: opts.key,
-    key,
-    generation: d.generation,
-    callStartedAt: d.callStartedAt,
-    ownerAttempt: d.ownerAttempt,
-    signal: ctx.signal,
-  });
+  let found: T | undefined;
+  try {
+    found = await policy(key, {
+      ledgerKey: opts.key,
+      key,
+      generation: d.generation,
+      callStartedAt: d.callStartedAt,
+      ownerAttempt: d.ownerAttempt,
+      signal: ctx.signal,
+    });
+  } catch (err) {
+    if (!OutcomeError.isInstance(err) || err.outcome?.kind !== 'definitive') throw err;
+    throw await recordReconciledFailure(ctx, opts, d.generation, err);
+  }
   if (found !== undefined) {
     const result = resultJson(found, ctx.client.maxPayloadBytes);
     return {

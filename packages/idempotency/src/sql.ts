@@ -133,6 +133,18 @@ WHERE run_id = $1 AND key = $2 AND owner_attempt = $3 AND generation = $4 AND ph
 RETURNING phase`;
 
 /**
+ * Records `failed` after a reconcile lookup found the call's trace of failure (the reconcile
+ * function threw a definitive `OutcomeError`), fenced by ownership, generation, phase `unknown`
+ * and the step. $1 run_id, $2 key, $3 node, $4 attempt, $5 generation, $6 error jsonb.
+ */
+export const recordReconciledFailure = (s: string) => `
+UPDATE ${s}.${LEDGER_TABLE} l
+SET phase = 'failed', error = $6::jsonb, updated_at = now()
+WHERE l.run_id = $1 AND l.key = $2 AND l.owner_attempt = $4 AND l.generation = $5
+  AND l.phase = 'unknown' AND ${stepHeldSql(s, '$1', '$3', '$4')}
+RETURNING phase`;
+
+/**
  * Clears the call stamp of a row this attempt stamped but did not call (the signal was aborted
  * in between). $1 run_id, $2 key, $3 attempt, $4 generation.
  */

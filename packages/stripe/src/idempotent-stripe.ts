@@ -167,6 +167,30 @@ function is5xx(err: unknown): boolean {
  * A synthetic `lastResponse` for a result replayed from the ledger (no HTTP request was made);
  * `idempotencyKey` is the generation-0 key (the ledger does not say which generation succeeded).
  */
+/**
+ * The definitive failure (402 with the decline's code) of a confirming create whose object the
+ * marker lookup found with a failed confirmation; the ledger records it `failed`.
+ * @param context what led to the lookup, the message's first clause.
+ */
+function declinedError(
+  collection: string,
+  object: Record<string, unknown>,
+  declined: NonNullable<ReturnType<typeof failedConfirmation>>,
+  context: string,
+  cause?: unknown,
+): OutcomeError {
+  return new OutcomeError(
+    {
+      kind: 'definitive',
+      status: 402,
+      ...(declined.code !== undefined ? { code: declined.code } : {}),
+      reason: `the ${collection} object under this key records a failed confirmation${declined.code ? ` (${declined.code})` : ''}`,
+    },
+    `${context}; ${String(object.id)} carries the key and records a failed confirmation: ${declined.code ?? 'error'}${declined.declineCode ? ` (${declined.declineCode})` : ''}: ${declined.message}`,
+    cause === undefined ? undefined : { cause },
+  );
+}
+
 function ledgerResponse(key: string) {
   return {
     headers: { 'cyclone-replayed': 'ledger' },
@@ -252,7 +276,16 @@ export function idempotentStripe<S extends Stripe>(
               );
             }
             const found = await findByMarker(get, collection, key, started / 1000);
-            if (found.found === 'one') return found.object;
+            if (found.found === 'one') {
+              const declined = failedConfirmation(collection, call.params, found.object);
+              if (declined === undefined) return found.object;
+              throw declinedError(
+                collection,
+                found.object,
+                declined,
+                `past Stripe's key window, the list found the object under key ${key}`,
+              );
+            }
             if (found.found === 'none') return undefined;
             throw new UnknownOutcomeError(
               info.ledgerKey,
@@ -309,15 +342,12 @@ export function idempotentStripe<S extends Stripe>(
               // requires_payment_method, last_payment_error): the call failed, it did not succeed.
               const declined = failedConfirmation(collection, call.params, found.object);
               if (declined === undefined) return found.object;
-              throw new OutcomeError(
-                {
-                  kind: 'definitive',
-                  status: 402,
-                  ...(declined.code !== undefined ? { code: declined.code } : {}),
-                  reason: `the ${collection} object under this key records a failed confirmation${declined.code ? ` (${declined.code})` : ''}`,
-                },
-                `Stripe answers ${String((err as { statusCode: number }).statusCode)} again under key ${sentKey} (its stored response); ${String(found.object.id)} carries the key and records a failed confirmation: ${declined.code ?? 'error'}${declined.declineCode ? ` (${declined.declineCode})` : ''}: ${declined.message}`,
-                { cause: err },
+              throw declinedError(
+                collection,
+                found.object,
+                declined,
+                `Stripe answers ${String((err as { statusCode: number }).statusCode)} again under key ${sentKey} (its stored response)`,
+                err,
               );
             }
             if (found.found === 'none') {

@@ -174,13 +174,13 @@ describe("past Stripe's 24 h window (PROVIDERS.md § 1.6)", () => {
    * Runs a charge whose attempt 1 ends with an unknown outcome, then — before attempt 2 — ages
    * the ledger's call by 25 h and makes the fake forget its keys (as Stripe may after 24 h).
    */
-  async function agedRun(fault: 'lost response' | 'refused') {
+  async function agedRun(fault: 'lost response' | 'refused', charge: typeof CHARGE = CHARGE) {
     fake.inject({ kind: 'reset', commit: fault === 'lost response' }, { method: 'POST', times: 2 });
     const stripe = fake.client({ maxNetworkRetries: 0 });
     const action = newAction(
       actionName('aged'),
       async (ctx: Context) => {
-        const pi = await idempotentStripe(stripe, ctx).paymentIntents.create(CHARGE);
+        const pi = await idempotentStripe(stripe, ctx).paymentIntents.create(charge);
         return pi.id;
       },
       { maxAttempts: 4, backoff: () => 2000 },
@@ -217,6 +217,23 @@ describe("past Stripe's 24 h window (PROVIDERS.md § 1.6)", () => {
     expect(result.step.output).toBe(fake.objects('payment_intent')[0]?.id);
     const entry = await getLedgerEntry(h.client, key);
     expect(entry?.phase).toBe('succeeded');
+  });
+
+  it('a declined card whose answer was lost: the list finds the declined intent, and the step fails as a decline, recorded failed', async () => {
+    // Fault: Stripe declined the card (the intent exists, with last_payment_error) and the 402
+    // was lost twice; 25 h pass; Stripe forgot the key.
+    const { result, key } = await agedRun('lost response', {
+      ...CHARGE,
+      payment_method: 'pm_card_chargeDeclined',
+    });
+    expect(fake.objects('payment_intent')[0]).toMatchObject({ status: 'requires_payment_method' });
+    expect(result.run.state, JSON.stringify(result.step.errors)).toBe('failed');
+    expect(result.step.errors.at(-1)?.message).toMatch(/card_declined/);
+    expect(fake.requestsTo('GET', '/v1/payment_intents')).toHaveLength(1);
+    expect(postKeys(fake)).toEqual([key, key]);
+    expect(fake.count('charge')).toBe(0);
+    const entry = await getLedgerEntry(h.client, key);
+    expect(entry).toMatchObject({ phase: 'failed', error: { code: 'card_declined' } });
   });
 
   it('re-sends once when the list proves the object absent', async () => {
