@@ -23,7 +23,7 @@ WITH run AS (
     (id, workflow, state, input, submit_key, input_hash, steps_remaining, steps_active,
      traceparent)
   VALUES ($1, $2, 'running', $3::jsonb, $4, $5, $6, $7, $20)
-  ON CONFLICT (workflow, submit_key) DO NOTHING
+  ON CONFLICT (workflow, submit_key) WHERE submit_key IS NOT NULL DO NOTHING
   RETURNING id
 ), steps AS (
   INSERT INTO ${s}.cyclone_steps
