@@ -9,6 +9,8 @@
  * write system call fewer per step. The server runs them in order, so the query is inside the
  * transaction; BEGIN fails only with its session, which then runs nothing after it. The query
  * waits for both answers, and the completion is only sent once BEGIN's came back (`began`).
+ * The completion and the COMMIT go out together in turn (`commitWith`): the completion fails
+ * when fenced out, so that COMMIT then rolls back.
  */
 import type { Writable } from 'node:stream';
 import type pg from 'pg';
@@ -129,23 +131,49 @@ export class CompletionTx {
 
   /**
    * Sends BEGIN on a pipelined connection without waiting for its answer (kept in `begin`), and
-   * `next`'s query behind it in the same write: the socket is corked around both (pg corks each
-   * query's messages the same way, query.js `submit`).
+   * `next`'s query behind it in the same write (`corked`).
    */
   private sendBegin<T>(c: pg.PoolClient, next?: () => T): T | undefined {
     this.beginDeferred = false;
-    const stream = (c as unknown as { connection?: { stream?: Partial<Writable> } }).connection
-      ?.stream;
-    stream?.cork?.();
-    try {
+    return corked(c, () => {
       const begin = c.query('BEGIN').then(() => undefined);
       // Awaited by the handler's queries and the completion; a failure is reported there.
       begin.catch(() => {});
       this.begin = begin;
       return next?.();
-    } finally {
-      stream?.uncork?.();
+    });
+  }
+
+  /**
+   * Commits the taken transaction after `statement` (the completion). On a pipelined connection
+   * the COMMIT goes out in the same write, not waiting for the statement's answer: a round trip
+   * fewer. So the statement must fail, not return an empty result, whenever the COMMIT must not
+   * go through: a failed statement aborts the transaction and the COMMIT behind it rolls back.
+   * Elsewhere the COMMIT is sent once the statement succeeded.
+   * @param sent told when the COMMIT went out: from then on a lost connection leaves the
+   * outcome unknown.
+   * @returns the statement's result, once the COMMIT was answered.
+   * @throws the statement's error (after the COMMIT's answer, on a pipelined connection: the
+   * transaction is over and the connection clean then), else the COMMIT's.
+   */
+  async commitWith<T>(c: pg.PoolClient, statement: () => Promise<T>, sent: () => void): Promise<T> {
+    if (!c.pipeline) {
+      const r = await statement();
+      sent();
+      await c.query('COMMIT');
+      return r;
     }
+    const [result, commit] = corked(c, () => [statement(), c.query('COMMIT')] as const);
+    sent();
+    const [r, committed] = await Promise.allSettled([result, commit]);
+    if (r.status === 'rejected') {
+      // The COMMIT rolled back (or the connection is gone); a failed COMMIT is the one to report
+      // then, so that the connection is not given back.
+      if (committed.status === 'rejected') throw committed.reason;
+      throw r.reason;
+    }
+    if (committed.status === 'rejected') throw committed.reason;
+    return r.value;
   }
 
   /**
@@ -214,5 +242,21 @@ export class CompletionTx {
 
   private leaseLost(): LeaseLostError {
     return new LeaseLostError(this.step.runId, this.step.node, this.step.attempt);
+  }
+}
+
+/**
+ * Runs `send`, whose queries go out in one write: the connection's socket is corked around it
+ * (pg corks each query's messages the same way, query.js `submit`). Queries are sent at once
+ * only on a pipelined connection; elsewhere pg queues them and this changes nothing.
+ */
+function corked<T>(c: pg.PoolClient, send: () => T): T {
+  const stream = (c as unknown as { connection?: { stream?: Partial<Writable> } }).connection
+    ?.stream;
+  stream?.cork?.();
+  try {
+    return send();
+  } finally {
+    stream?.uncork?.();
   }
 }

@@ -95,6 +95,12 @@ const REVIEWED: Reviewed[] = [
   },
   {
     file: 'core/src/sql/complete.ts',
+    expression: 'from(s)',
+    reason:
+      "completeFrom's result clause: one of the two module builders FROM_DONE and FROM_DONE_OR_FENCED_OUT (the parameter's type allows only those), given the quoted schema",
+  },
+  {
+    file: 'core/src/sql/complete.ts',
     expression: 'input',
     reason:
       "completeFrom's input: one of the two module constants BATCH_INPUT and ONE_INPUT (the parameter's type allows only those), fixed SQL with placeholders",

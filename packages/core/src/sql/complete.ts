@@ -46,6 +46,7 @@ const completeFrom = (
   input: typeof BATCH_INPUT | typeof ONE_INPUT,
   extra: typeof NO_EXTRA | typeof IDLE_LIMIT = NO_EXTRA,
   to: typeof COMPLETED | typeof SKIPPED = COMPLETED,
+  from: typeof FROM_DONE | typeof FROM_DONE_OR_FENCED_OUT = FROM_DONE,
 ) => `
 WITH input AS (
   ${input}
@@ -111,7 +112,7 @@ SELECT d.run_id, d.node, d.attempt,
   (SELECT count(pg_notify($5, w.workflow))
    FROM (SELECT DISTINCT workflow FROM released WHERE state IN ('available', 'scheduled')) w)::int
   AS notified${extra}
-FROM done d`;
+${from(s)}`;
 
 /**
  * Records a failed attempt, fenced like `complete`: `retryable` at now() + $5 ms, or `discarded`
@@ -148,9 +149,30 @@ FROM f`;
  * transaction). Between this statement and the COMMIT the step's row is locked; if the worker is
  * cut off in that gap (a partition, a host that dies, a proxy that keeps the TCP peer alive), the
  * server ends the session after $6 ms, its locks go, and the recovery sweep, which skips locked
- * rows, can take the step over. Set in the same statement, so no round trip is added.
+ * rows, can take the step over. Set in the same statement, so no round trip is added. Fenced
+ * out, it raises (SQLSTATE `FENCED_OUT`) instead of returning no row: the worker sends its COMMIT
+ * in the same write without waiting for this answer, and that COMMIT must then roll back.
  */
-export const completeStepOnTxSql = (s: string) => completeFrom(s, ONE_INPUT, IDLE_LIMIT);
+export const completeStepOnTxSql = (s: string) =>
+  completeFrom(s, ONE_INPUT, IDLE_LIMIT, COMPLETED, FROM_DONE_OR_FENCED_OUT);
+
+/** The completed steps, one row each: the result of every form but the completionTx's. */
+const FROM_DONE = (_s: string) => 'FROM done d';
+/**
+ * The completionTx form's result: its one step's row, or, when the fence matched no row, an
+ * error (`cyclone_fenced_out`, SQLSTATE `FENCED_OUT`) instead of no row, so that a COMMIT sent
+ * behind it unanswered rolls back. A CASE, so the function runs only when no row was done.
+ */
+const FROM_DONE_OR_FENCED_OUT = (s: string) => `FROM (SELECT) AS one LEFT JOIN done d ON true
+WHERE CASE WHEN d.run_id IS NULL THEN ${s}.cyclone_fenced_out($1, $2, $3) ELSE true END`;
+
+/** The SQLSTATE the completion on a completionTx raises when fenced out (migration 000014). */
+export const FENCED_OUT = 'YC001';
+
+/** True for the error of a completion on a completionTx that was fenced out. */
+export function isFencedOut(err: unknown): boolean {
+  return (err as { code?: unknown } | null | undefined)?.code === FENCED_OUT;
+}
 
 const NO_EXTRA = '';
 const COMPLETED = `'completed'`;
@@ -243,7 +265,9 @@ export async function completeStep(
 /**
  * Completes one step on its handler's transaction, fenced on its attempt, and limits the
  * transaction's idle time on the server to `idleLimitMs` until it ends (see `completeStepOnTxSql`).
- * @returns `[step]` when completed, `[]` when fenced out.
+ * @returns `[step]` when completed.
+ * @throws an error with code `FENCED_OUT` (`isFencedOut`) when fenced out; the transaction is
+ * then aborted.
  */
 export async function completeStepOnTx(
   on: Queryable,

@@ -54,8 +54,8 @@ export class BlackholeProxy {
 
   /**
    * Cuts every connection at the next COMMIT a client sends (a simple-query `COMMIT`), before
-   * forwarding it: the transaction has run its last statement and waits, idle, for a COMMIT
-   * that never arrives.
+   * forwarding it (what precedes it in the same write is forwarded): the transaction has run its
+   * last statement and waits, idle, for a COMMIT that never arrives.
    */
   cutAtNextCommit(): void {
     this.cutOnCommit = true;
@@ -76,7 +76,10 @@ export class BlackholeProxy {
     }
     client.on('data', (chunk) => {
       if (this.cut) return;
-      if (this.cutOnCommit && isCommit(chunk)) {
+      const commit = this.cutOnCommit ? commitAt(chunk) : -1;
+      if (commit >= 0) {
+        // What came before the COMMIT in the same write (a completion sent with it) goes through.
+        if (commit > 0) upstream.write(chunk.subarray(0, commit));
         this.blackhole();
         return;
       }
@@ -95,8 +98,8 @@ export class BlackholeProxy {
   }
 }
 
-/** A simple-query message ('Q') whose text is COMMIT. */
-function isCommit(chunk: Buffer): boolean {
+/** Where a simple-query message ('Q') whose text is COMMIT starts in `chunk`, or -1. */
+function commitAt(chunk: Buffer): number {
   const i = chunk.indexOf('COMMIT\u0000');
-  return i >= 5 && chunk[i - 5] === 0x51;
+  return i >= 5 && chunk[i - 5] === 0x51 ? i - 5 : -1;
 }
