@@ -21,7 +21,7 @@ import { type Discarded, Outcome, type Retryable } from './execute-step.js';
 import type { Logger } from './logger.js';
 import type { Recorded } from './recorded.js';
 import type { ClaimedStep } from './sql/claim.js';
-import { completeStepOnTx, failStep, skipStep, snoozeStep } from './sql/complete.js';
+import { completeStepOnTx, failStep, isFencedOut, skipStep, snoozeStep } from './sql/complete.js';
 import { isStepCompletedBy } from './sql/fence.js';
 import type { SqlScope } from './sql/statement.js';
 
@@ -139,19 +139,31 @@ export class Completer {
     const c = tx?.take();
     if (tx && c) {
       // Complete on the handler's transaction: its writes and the transition commit together.
-      let done = 0;
+      let sent = false;
       try {
         await tx.began();
-        const r = await completeStepOnTx(c, db, {
-          runId: row.run_id,
-          node: row.node,
-          attempt: row.attempt,
-          output,
-          idleLimitMs: this.parts.idleLimitMs,
-        });
-        done = r.length;
-        if (done === 0) {
-          await c.query('ROLLBACK');
+        await tx.commitWith(
+          c,
+          () =>
+            completeStepOnTx(c, db, {
+              runId: row.run_id,
+              node: row.node,
+              attempt: row.attempt,
+              output,
+              idleLimitMs: this.parts.idleLimitMs,
+            }),
+          () => {
+            sent = true;
+          },
+        );
+        tx.release(c);
+        counters.completed++;
+        return COMPLETED;
+      } catch (err) {
+        if (isFencedOut(err)) {
+          // The transaction is aborted: rolled back by the COMMIT sent with the completion on a
+          // pipelined connection (commitWith), else here.
+          if (!c.pipeline) await c.query('ROLLBACK').catch(() => {});
           tx.release(c);
           counters.leaseLost++;
           log.warn(
@@ -160,13 +172,9 @@ export class Completer {
           );
           return LEASE_LOST;
         }
-        await c.query('COMMIT');
-        tx.release(c);
-        counters.completed++;
-        return COMPLETED;
-      } catch (err) {
         tx.release(c, err);
-        if (isConnectionError(err) && done === 1 && (await this.completedByUs(row))) {
+        // The COMMIT went out: a lost connection may have come after it went through.
+        if (isConnectionError(err) && sent && (await this.completedByUs(row))) {
           counters.completed++;
           return COMPLETED;
         }
