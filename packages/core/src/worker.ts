@@ -22,7 +22,7 @@ import {
 } from './db.js';
 import type { Workflow } from './definitions.js';
 import { ConfigError } from './errors.js';
-import { Heartbeat } from './heartbeat.js';
+import { Heartbeat, heartbeatGroup } from './heartbeat.js';
 import { Listener } from './listener.js';
 import type { Logger } from './logger.js';
 import { Registry } from './registry.js';
@@ -283,6 +283,12 @@ export class Worker {
         ...control,
         steps: () => this.inflight.values(),
         leaseLost: (step) => step.leaseLost(),
+        // Workers on a caller-given pool beat together: one statement per interval for all.
+        ...(pools.owned
+          ? {}
+          : {
+              group: heartbeatGroup(this.controlPool, db, log, leaseMs, heartbeatIntervalMs),
+            }),
       },
       { workerId: this.workerId, leaseMs, intervalMs: heartbeatIntervalMs },
     );

@@ -208,7 +208,7 @@ describe('plans of the prepared statements', () => {
       );
       expect(complete).toContain('cyclone_steps_pkey');
       expect(complete).not.toContain('cyclone_steps_leases');
-      const beat = await plan('p_beat', extendLeasesSql('cyclone'), `'{}', '{}', '{}', 'w', 5000`);
+      const beat = await plan('p_beat', extendLeasesSql('cyclone'), `'{}', '{}', '{}', '{}', 5000`);
       expect(beat).toContain('cyclone_steps_pkey');
       expect(beat).not.toContain('cyclone_steps_leases');
       const sweep = await plan('p_sweep', sweepExpiredLeasesSql('cyclone'), `1000, 'ch'`);
@@ -235,7 +235,7 @@ describe('plans of the prepared statements', () => {
       // EXPLAIN EXECUTE takes no bind parameters: the arrays go as literals (test data).
       const list = (xs: unknown[]) => c.escapeLiteral(`{${xs.join(',')}}`);
       const { rows: beatPlan } = await c.query<{ 'QUERY PLAN': string }>(
-        `EXPLAIN EXECUTE p_beat(${list(burst)}, ${list(burst.map(() => 'a'))}, ${list(burst.map(() => 1))}, 'burst', 5000)`,
+        `EXPLAIN EXECUTE p_beat(${list(burst)}, ${list(burst.map(() => 'a'))}, ${list(burst.map(() => 1))}, ${list(burst.map(() => 'burst'))}, 5000)`,
       );
       const burstPlan = beatPlan.map((r) => r['QUERY PLAN']).join('\n');
       expect(burstPlan).not.toContain('Seq Scan on cyclone_steps');

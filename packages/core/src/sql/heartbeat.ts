@@ -3,24 +3,26 @@ import { defineStatement, type Queryable, type SqlScope, send } from './statemen
 
 /**
  * Extends the leases of a worker's in-flight steps in one statement (every lease/3), including
- * steps whose handler returned and whose outcome waits to be recorded. Only rows still `running`
- * at the same attempt and owned by $4 are extended. Rows locked right now are skipped, not
+ * steps whose handler returned and whose outcome waits to be recorded; or of several workers'
+ * steps (workers on one caller-given pool), each step with its own owner. Only rows still
+ * `running` at the same attempt and owned by that step's owner ($4[i]) are extended. Rows locked right now are skipped, not
  * waited for (`SKIP LOCKED`): a completion batch blocked on one run's row lock must not hold up
  * the heartbeat of every other step. A skipped row still `running` under our attempt (as of this
  * statement) counts as held: whoever holds its lock (our own completion, or a sweep that
  * will tell the next heartbeat) decides it. The rows returned are the leases still held; the
- * others were lost. $1 run_ids, $2 nodes, $3 attempts, $4 owner, $5 lease ms.
+ * others were lost. $1 run_ids, $2 nodes, $3 attempts, $4 owners (text[], one per step), $5
+ * lease ms.
  */
 export const extendLeasesSql = (s: string) => `
 WITH mine AS MATERIALIZED (
-  SELECT t.run_id, t.node, t.attempt
-  FROM unnest($1::uuid[], $2::text[], $3::int[]) AS h(run_id, node, attempt)
+  SELECT t.run_id, t.node, t.attempt, h.owner
+  FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[]) AS h(run_id, node, attempt, owner)
   CROSS JOIN LATERAL (
     -- One primary-key lookup per step, whatever the statistics say (LIMIT 1 keeps the planner
     -- from flattening this into a join it might run as a scan of the table).
     SELECT t.run_id, t.node, t.attempt FROM ${s}.cyclone_steps t
     WHERE t.run_id = h.run_id AND t.node = h.node AND t.attempt = h.attempt
-      AND t.state = 'running' AND t.lease_owner = $4
+      AND t.state = 'running' AND t.lease_owner = h.owner
     LIMIT 1
   ) t
 ), locked AS MATERIALIZED (
@@ -28,7 +30,7 @@ WITH mine AS MATERIALIZED (
   CROSS JOIN LATERAL (
     SELECT t.run_id, t.node, t.attempt FROM ${s}.cyclone_steps t
     WHERE t.run_id = m.run_id AND t.node = m.node AND t.attempt = m.attempt
-      AND t.state = 'running' AND t.lease_owner = $4
+      AND t.state = 'running' AND t.lease_owner = m.owner
     LIMIT 1
     FOR UPDATE SKIP LOCKED
   ) l
@@ -53,7 +55,8 @@ export interface StepAttempt {
 const extendLeasesStatement = defineStatement('extend_leases', extendLeasesSql);
 
 /**
- * Extends the leases of `steps` held by `owner` to `leaseMs` from now.
+ * Extends the leases of `steps` to `leaseMs` from now, each held by `owners[i]` (one owner per
+ * step, in the same order).
  * @returns the steps whose lease is still held; the others were lost.
  */
 export async function extendLeases(
@@ -61,7 +64,7 @@ export async function extendLeases(
   db: SqlScope,
   p: {
     steps: readonly { runId: string; node: string; attempt: number }[];
-    owner: string;
+    owners: readonly string[];
     leaseMs: number;
   },
 ): Promise<StepAttempt[]> {
@@ -69,7 +72,7 @@ export async function extendLeases(
     p.steps.map((h) => h.runId),
     p.steps.map((h) => h.node),
     p.steps.map((h) => h.attempt),
-    p.owner,
+    p.owners,
     p.leaseMs,
   ]);
   return rows;
