@@ -192,25 +192,28 @@ export const system: System = {
   },
 
   async insertHistory(pool: pg.Pool, count: number) {
-    await pool.query(
-      `WITH r AS (
-         INSERT INTO cyclone.cyclone_runs
-           (id, workflow, state, input, input_hash, steps_remaining, steps_active, created_at,
-            updated_at, completed_at)
-         SELECT gen_random_uuid(), 'bench_noop', 'completed', '{}', 'history', 0, 0,
-                now() - interval '1 day', now() - interval '1 day', now() - interval '1 day'
-         FROM generate_series(1, $1)
-         RETURNING id)
-       INSERT INTO cyclone.cyclone_steps
-         (run_id, node, workflow, action, state, attempt, max_attempts, deps_remaining,
-          scheduled_at, output, created_at, updated_at, started_at, completed_at)
-       SELECT id, 'a', 'bench_noop', 'bench_step', 'completed', 1, 25, 0, now() - interval '1 day',
-              'null', now() - interval '1 day', now() - interval '1 day', now() - interval '1 day',
-              now() - interval '1 day'
-       FROM r`,
-      [count],
+    // Packed (fill factor 100 for this insert, the migration's after it), since finished rows
+    // inserted under the fill factor left each page room for just one new step, and the timed
+    // run's 20,000 steps went to 20,000 history pages (bench/README.md § Row 7).
+    const fill = await pool.query<{ rel: string; ff: string }>(
+      `SELECT c.relname AS rel, coalesce((SELECT split_part(o, '=', 2) FROM unnest(c.reloptions) o
+                                           WHERE o LIKE 'fillfactor=%'), '100') AS ff
+       FROM pg_class c WHERE c.oid IN ('cyclone.cyclone_runs'::regclass,
+                                       'cyclone.cyclone_steps'::regclass)`,
     );
-    return `${count} completed runs (run + step rows) of the same workflow`;
+    const setFill = (ff: (old: string) => string) =>
+      pool.query(
+        fill.rows
+          .map((r) => `ALTER TABLE cyclone.${r.rel} SET (fillfactor = ${Number(ff(r.ff))})`)
+          .join('; '),
+      );
+    await setFill(() => '100');
+    try {
+      await insertFinished(pool, count);
+    } finally {
+      await setFill((old) => old);
+    }
+    return `${count} completed runs (run + step rows) of the same workflow, packed (fill factor 100 for the insert)`;
   },
 
   async startWorker(spec) {
@@ -256,3 +259,25 @@ export const system: System = {
     };
   },
 };
+
+/** Inserts `count` completed single-step runs of the no-op workflow, a day old (row 7's history). */
+async function insertFinished(pool: pg.Pool, count: number): Promise<void> {
+  await pool.query(
+    `WITH r AS (
+       INSERT INTO cyclone.cyclone_runs
+         (id, workflow, state, input, input_hash, steps_remaining, steps_active, created_at,
+          updated_at, completed_at)
+       SELECT gen_random_uuid(), 'bench_noop', 'completed', '{}', 'history', 0, 0,
+              now() - interval '1 day', now() - interval '1 day', now() - interval '1 day'
+       FROM generate_series(1, $1)
+       RETURNING id)
+     INSERT INTO cyclone.cyclone_steps
+       (run_id, node, workflow, action, state, attempt, max_attempts, deps_remaining,
+        scheduled_at, output, created_at, updated_at, started_at, completed_at)
+     SELECT id, 'a', 'bench_noop', 'bench_step', 'completed', 1, 25, 0, now() - interval '1 day',
+            'null', now() - interval '1 day', now() - interval '1 day', now() - interval '1 day',
+            now() - interval '1 day'
+     FROM r`,
+    [count],
+  );
+}
