@@ -18,9 +18,14 @@
  * find it. Timed by the database: from the first claim (`min(started_at)`) to the last
  * completion's transaction (`max(completed_at)`), so that no process's clock is in the figure.
  * The harness polls the running runs (an index scan of `cyclone_runs (state, …)`) every 100 ms
- * meanwhile.
+ * meanwhile, and with them what the busy backends wait on (`pg_stat_activity`), logged as the
+ * mean count per poll by wait event. On a server with `pg_stat_statements` loaded (a throwaway
+ * cluster, `DATABASE_URL`), it is reset when the backlog becomes due and the log gives each
+ * fleet's statements by server time per run (planning time too when
+ * `pg_stat_statements.track_planning` is on), rows per call and buffers per run.
  */
 import { Client } from '@cyclone/core';
+import type pg from 'pg';
 import { cpuDelta } from './admin.js';
 import { ChildWorker } from './child-process.js';
 import type { DrainResult } from './protocol.js';
@@ -153,23 +158,35 @@ async function drainFleet(ctx: BenchContext, fleet: Fleet, runs: number): Promis
           `UPDATE cyclone.cyclone_steps SET scheduled_at = now()
            WHERE workflow = 'bench_noop' AND state = 'scheduled'`,
         );
+        const pss = await statStatements(pool);
         const cpu0 = await ctx.admin.backendCpu(db);
         let connections = 0;
+        // What the busy backends wait on, sampled at every poll: lock and LWLock waits show
+        // claim contention that CPU figures alone do not.
+        const waits = new Map<string, number>();
+        let samples = 0;
         const deadline = Date.now() + 600_000;
         for (;;) {
-          const { rows } = await pool.query<{ left: number; conns: number }>(
+          const { rows } = await pool.query<{ left: number; conns: number; waits: string[] }>(
             `SELECT (SELECT count(*) FROM cyclone.cyclone_runs WHERE state = 'running')::int AS left,
                     (SELECT count(*) FROM pg_stat_activity
                      WHERE datname = current_database() AND backend_type = 'client backend'
-                       AND pid <> pg_backend_pid())::int AS conns`,
+                       AND pid <> pg_backend_pid())::int AS conns,
+                    (SELECT coalesce(array_agg(coalesce(wait_event_type || ':' || wait_event, 'CPU')), '{}')
+                     FROM pg_stat_activity
+                     WHERE datname = current_database() AND backend_type = 'client backend'
+                       AND pid <> pg_backend_pid() AND state = 'active') AS waits`,
           );
-          const r = rows[0] as { left: number; conns: number };
+          const r = rows[0] as { left: number; conns: number; waits: string[] };
           connections = Math.max(connections, r.conns);
+          samples++;
+          for (const w of r.waits) waits.set(w, (waits.get(w) ?? 0) + 1);
           if (r.left === 0) break;
           if (Date.now() > deadline) throw new Error(`${r.left} runs left after 600 s`);
           await sleep(100);
         }
         const cpu1 = await ctx.admin.backendCpu(db);
+        const server = pss ? await serverStatements(pool) : undefined;
         const { rows } = await pool.query<{ last: number; done: number }>(
           `SELECT (extract(epoch FROM max(completed_at) - min(started_at)) * 1000)::float8 AS last,
                   count(*)::int AS done
@@ -177,6 +194,11 @@ async function drainFleet(ctx: BenchContext, fleet: Fleet, runs: number): Promis
         );
         return {
           connections,
+          waits: [...waits]
+            .sort((a, b) => b[1] - a[1])
+            .map(([w, k]) => `${w} ${(k / Math.max(1, samples)).toFixed(1)}`)
+            .join(', '),
+          server,
           pgCpuMs: cpuDelta(cpu0, cpu1),
           ...(rows[0] as { last: number; done: number }),
         };
@@ -208,6 +230,18 @@ async function drainFleet(ctx: BenchContext, fleet: Fleet, runs: number): Promis
       ctx.log(
         `  ${fleet.id} cyclone: ${Math.round(m.done / secs)} runs/s (${secs.toFixed(2)} s), ${m.connections} connections for ${workers} workers, worker CPU ${((cpuMs / jobs) * 1000).toFixed(0)} µs/run, ${(statements / jobs).toFixed(2)} statements/run: ${topStatements(done, jobs)}`,
       );
+      ctx.log(`  ${fleet.id} busy backends by wait (mean per poll): ${m.waits || 'none'}`);
+      if (m.server) {
+        ctx.log(
+          `  ${fleet.id} server time per run (pg_stat_statements): ${m.server
+            .slice(0, 6)
+            .map(
+              (r) =>
+                `${((r.ms * 1000) / jobs).toFixed(1)} µs (plan ${((r.plan_ms * 1000) / jobs).toFixed(1)}) in ${(r.calls / jobs).toFixed(3)} × ${r.query.slice(0, 50)} (${r.rows / Math.max(1, r.calls) >= 1 ? `${(r.rows / r.calls).toFixed(1)} rows, ` : ''}${(r.blks / jobs).toFixed(1)} blks/run)`,
+            )
+            .join('; ')}`,
+        );
+      }
     } finally {
       for (const c of children) c.kill();
     }
@@ -236,6 +270,42 @@ function topStatements(done: readonly DrainResult[], jobs: number): string {
         `${(t.calls / jobs).toFixed(3)} × ${sql.slice(0, 40)} (${(t.ms / t.calls).toFixed(1)} ms)`,
     )
     .join('; ');
+}
+
+/** True when the server has pg_stat_statements loaded (then reset for this database). */
+async function statStatements(pool: pg.Pool): Promise<boolean> {
+  const { rows } = await pool.query<{ ok: boolean }>(
+    `SELECT current_setting('shared_preload_libraries') LIKE '%pg_stat_statements%' AS ok`,
+  );
+  if (!rows[0]?.ok) return false;
+  await pool.query('CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
+  await pool.query('SELECT pg_stat_statements_reset()');
+  return true;
+}
+
+/** One statement's server figures over the drain (pg_stat_statements). */
+interface ServerStatement {
+  query: string;
+  calls: number;
+  ms: number;
+  /** Planning time; 0 unless `pg_stat_statements.track_planning` is on. */
+  plan_ms: number;
+  rows: number;
+  blks: number;
+}
+
+/** This database's statements by server time, the harness's own polls left out. */
+async function serverStatements(pool: pg.Pool): Promise<ServerStatement[]> {
+  const { rows } = await pool.query<ServerStatement>(
+    `SELECT regexp_replace(query, '\\s+', ' ', 'g') AS query, calls::int AS calls,
+            total_exec_time AS ms, total_plan_time AS plan_ms, rows::int AS rows,
+            (shared_blks_hit + shared_blks_read + shared_blks_dirtied + shared_blks_written)::int AS blks
+     FROM pg_stat_statements
+     WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+       AND query NOT LIKE '%pg_stat_statements%' AND query NOT LIKE '%pg_stat_activity%'
+     ORDER BY total_exec_time DESC`,
+  );
+  return rows;
 }
 
 /** Row 18: the two fleets alternating, `reps` times each (at least 2). */
