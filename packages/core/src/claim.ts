@@ -7,14 +7,14 @@ import { cancelStatement } from './cancel.js';
 import type { Client } from './client.js';
 import type { Attempt, Completer, CompletionCounters } from './completion.js';
 import { CompletionTx } from './completion-tx.js';
-import { type Context, type ContextParts, makeContext } from './context.js';
+import { type Context, type ContextParts, type ContextTx, makeContext } from './context.js';
 import { isLimitExceeded, withConnection, withTransaction } from './db.js';
 import type { Backoff, NodeDef, Workflow } from './definitions.js';
 import { describeError } from './error-entry.js';
 import { LeaseLostError } from './errors.js';
 import { type ExecuteParts, executeStep, Outcome, StepAbort } from './execute-step.js';
 import { FlowControl } from './flow.js';
-import { LazyChildLogger, type Logger } from './logger.js';
+import type { Logger } from './logger.js';
 import type { Recorded } from './recorded.js';
 import type { SharedClaim } from './shared-claim.js';
 import {
@@ -26,7 +26,7 @@ import {
 } from './sql/claim.js';
 import type { SqlScope } from './sql/statement.js';
 import type { WorkerTelemetry } from './telemetry.js';
-import type { Json } from './types.js';
+import type { Json, Tx } from './types.js';
 
 /** What the worker keeps of a claimed step until its outcome is recorded. */
 export interface StepHandle {
@@ -410,7 +410,7 @@ export class ClaimLoop {
  * rather than closures, since everything made per step is the no-op worker's garbage-collection
  * cost.
  */
-class Step extends StepAbort implements StepHandle, ExecuteParts, Attempt, ContextParts {
+class Step extends StepAbort implements StepHandle, ExecuteParts, Attempt, ContextParts, ContextTx {
   readonly runId: string;
   readonly node: string;
   readonly attempt: number;
@@ -420,10 +420,17 @@ class Step extends StepAbort implements StepHandle, ExecuteParts, Attempt, Conte
   done!: Promise<void>;
   finishing = false;
   readonly workflow: Workflow<unknown>;
-  readonly log: Logger;
-  readonly tx: CompletionTx;
   backoff: Backoff | undefined;
   ancestors: readonly string[] = NO_ANCESTORS;
+  /** `BatchEntry`: the output, and the batch's resolvers while it waits in one. */
+  output = '';
+  resolve: ((done: 0 | 1) => void) | undefined = undefined;
+  reject: ((err: unknown) => void) | undefined = undefined;
+  /** The step's logger and completion transaction, each made when first needed. */
+  private logger: Logger | undefined = undefined;
+  private made: CompletionTx | undefined = undefined;
+  /** The attempt's completion transaction may no longer be opened (`endTx`). */
+  private txEnded = false;
 
   constructor(
     private readonly loop: ClaimLoop,
@@ -436,12 +443,38 @@ class Step extends StepAbort implements StepHandle, ExecuteParts, Attempt, Conte
     this.attempt = row.attempt;
     this.key = `${row.run_id}\u0000${row.node}\u0000${row.attempt}`;
     this.workflow = parts.workflows.get(row.workflow) as Workflow<unknown>;
-    this.log = new LazyChildLogger(parts.log, {
-      runId: row.run_id,
-      node: row.node,
-      attempt: row.attempt,
-    });
-    this.tx = new CompletionTx(this, parts.pool, this.log);
+  }
+
+  /** The step's logger, bound to runId, node and attempt. */
+  get log(): Logger {
+    this.logger ??= new StepLogger(this.loop.parts.log, this);
+    return this.logger;
+  }
+
+  /** `Attempt.tx`: the completion transaction if the handler asked for one. */
+  get tx(): CompletionTx | undefined {
+    return this.made;
+  }
+
+  endTx(): void {
+    this.txEnded = true;
+  }
+
+  /** `ContextTx.open`: `ctx.completionTx()`, the transaction made on the first call. */
+  open(): Promise<Tx> {
+    let tx = this.made;
+    if (tx === undefined) {
+      tx = new CompletionTx(this, this.loop.parts.pool, this.log);
+      // Asked for after the attempt ended (a detached call): refused, as an ended one is.
+      if (this.txEnded) tx.end();
+      this.made = tx;
+    }
+    return tx.open();
+  }
+
+  /** `ContextTx.current`. */
+  current(): Tx | undefined {
+    return this.made?.current();
   }
 
   // The worker's handles, read through the loop: nothing more kept per step.
@@ -463,9 +496,9 @@ class Step extends StepAbort implements StepHandle, ExecuteParts, Attempt, Conte
     return this.row;
   }
 
-  /** `ContextParts.completionTx`. */
-  get completionTx(): CompletionTx {
-    return this.tx;
+  /** `ContextParts.completionTx`: the step itself, which makes its transaction when opened. */
+  get completionTx(): ContextTx {
+    return this;
   }
 
   markFinishing(): void {
@@ -531,3 +564,39 @@ class Step extends StepAbort implements StepHandle, ExecuteParts, Attempt, Conte
 }
 
 const NO_ANCESTORS: readonly string[] = [];
+
+/**
+ * A step's logger: behaves as the worker's logger's `child({ runId, node, attempt })`, made only
+ * when something is logged (most steps log nothing), its bindings read from the step then.
+ */
+class StepLogger implements Logger {
+  private made: Logger | undefined;
+  constructor(
+    private readonly parent: Logger,
+    private readonly step: Step,
+  ) {}
+  private get logger(): Logger {
+    const { step } = this;
+    this.made ??= this.parent.child({
+      runId: step.runId,
+      node: step.node,
+      attempt: step.attempt,
+    });
+    return this.made;
+  }
+  debug(obj: object, msg?: string): void {
+    this.logger.debug(obj, msg);
+  }
+  info(obj: object, msg?: string): void {
+    this.logger.info(obj, msg);
+  }
+  warn(obj: object, msg?: string): void {
+    this.logger.warn(obj, msg);
+  }
+  error(obj: object, msg?: string): void {
+    this.logger.error(obj, msg);
+  }
+  child(bindings: object): Logger {
+    return this.logger.child(bindings);
+  }
+}

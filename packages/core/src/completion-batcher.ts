@@ -10,13 +10,29 @@ import { isConnectionError } from './db.js';
 import { completeStep, completeSteps } from './sql/complete.js';
 import type { SqlScope } from './sql/statement.js';
 
-interface Pending {
-  runId: string;
-  node: string;
-  attempt: number;
+/**
+ * One step waiting in a batch. The worker's claimed step is its own entry (`add`), so that
+ * nothing more is made per step than the promise it waits on.
+ */
+export interface BatchEntry {
+  readonly runId: string;
+  readonly node: string;
+  readonly attempt: number;
+  /** The output as JSON text. */
   output: string;
-  resolve(done: 0 | 1): void;
-  reject(err: unknown): void;
+  /** Set by `add`: settle the entry's promise. */
+  resolve: ((done: 0 | 1) => void) | undefined;
+  reject: ((err: unknown) => void) | undefined;
+}
+
+type Pending = BatchEntry;
+
+/** The entry whose promise `add` is making: one executor for all of them, not a closure each. */
+let adding: BatchEntry | undefined;
+function keepResolvers(resolve: (done: 0 | 1) => void, reject: (err: unknown) => void): void {
+  const e = adding as BatchEntry;
+  e.resolve = resolve;
+  e.reject = reject;
 }
 
 /** Batches fenced completions; see the module comment. */
@@ -42,10 +58,20 @@ export class CompletionBatcher {
    *   the statement is atomic, so nothing of the failed batch was applied).
    */
   complete(runId: string, node: string, attempt: number, output: string): Promise<0 | 1> {
-    return new Promise((resolve, reject) => {
-      this.queue.push({ runId, node, attempt, output, resolve, reject });
-      if (!this.flushing) void this.flush();
-    });
+    return this.add({ runId, node, attempt, output, resolve: undefined, reject: undefined });
+  }
+
+  /**
+   * `complete` for an entry the caller made (its `output` set): the entry itself is queued.
+   * @returns as `complete`. An entry is in one batch at a time: add it again only once settled.
+   */
+  add(entry: BatchEntry): Promise<0 | 1> {
+    adding = entry;
+    const p = new Promise<0 | 1>(keepResolvers);
+    adding = undefined;
+    this.queue.push(entry);
+    if (!this.flushing) void this.flush();
+    return p;
   }
 
   private async send(batch: Pending[]): Promise<void> {
@@ -57,13 +83,13 @@ export class CompletionBatcher {
     // A row per step completed, and no step twice in a batch (one claim per attempt): as many
     // rows as steps means every one completed, the usual case, with no key to build.
     if (rows.length === batch.length) {
-      for (const p of batch) p.resolve(1);
+      for (const p of batch) settle(p, 1);
       return;
     }
     // Keyed by attempt too: a node re-claimed by this worker may be here at two attempts.
     const done = new Set(rows.map((r) => `${r.run_id}\u0000${r.node}\u0000${r.attempt}`));
     for (const p of batch)
-      p.resolve(done.has(`${p.runId}\u0000${p.node}\u0000${p.attempt}`) ? 1 : 0);
+      settle(p, done.has(`${p.runId}\u0000${p.node}\u0000${p.attempt}`) ? 1 : 0);
   }
 
   private async flush(): Promise<void> {
@@ -75,16 +101,30 @@ export class CompletionBatcher {
           await this.send(batch);
         } catch (err) {
           if (batch.length === 1 || isConnectionError(err)) {
-            for (const p of batch) p.reject(err);
+            for (const p of batch) fail(p, err);
             continue;
           }
           // One step's data may have made the whole statement fail: settle each on its own, so
           // only that step sees the error.
-          for (const p of batch) await this.send([p]).catch((e) => p.reject(e));
+          for (const p of batch) await this.send([p]).catch((e) => fail(p, e));
         }
       }
     } finally {
       this.flushing = false;
     }
   }
+}
+
+/** Resolves an entry's promise, dropping its resolvers (the entry may be added again). */
+function settle(p: Pending, done: 0 | 1): void {
+  const r = p.resolve;
+  p.resolve = p.reject = undefined;
+  r?.(done);
+}
+
+/** Rejects an entry's promise, dropping its resolvers. */
+function fail(p: Pending, err: unknown): void {
+  const r = p.reject;
+  p.resolve = p.reject = undefined;
+  r?.(err);
 }

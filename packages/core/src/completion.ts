@@ -5,9 +5,15 @@
  * claim's attempt, so an attempt whose lease was lost changes nothing.
  */
 import type pg from 'pg';
-import type { CompletionBatcher } from './completion-batcher.js';
+import type { BatchEntry, CompletionBatcher } from './completion-batcher.js';
 import type { CompletionTx } from './completion-tx.js';
-import { isConnectionError, isTransactionConflict, retryTransient } from './db.js';
+import {
+  isConnectionError,
+  isTransactionConflict,
+  retryTransient,
+  sleep,
+  transientRetryDelay,
+} from './db.js';
 import type { Backoff } from './definitions.js';
 import { describeError, errorEntry } from './error-entry.js';
 import { LeaseLostError } from './errors.js';
@@ -58,14 +64,26 @@ const LEASE_LOST: Recorded = { outcome: 'lease_lost' };
 const COMPLETED: Recorded = { outcome: 'completed' };
 const SKIPPED: Recorded = { outcome: 'skipped' };
 
-/** One attempt being recorded: the claimed step, its transaction, its logger and backoff. */
-export interface Attempt {
+/**
+ * One attempt being recorded: the claimed step, its transaction, its logger and backoff. It is
+ * its own entry in the completion batch (`BatchEntry`: its identity, and the output set there).
+ */
+export interface Attempt extends BatchEntry {
   row: ClaimedStep;
-  tx: CompletionTx;
+  /** The completion transaction: made when the handler first asked for it, else undefined. */
+  readonly tx: CompletionTx | undefined;
+  /** Ends the attempt's use of its completion transaction: later `ctx.completionTx()` refused. */
+  endTx(): void;
   /** The step's logger (bound to runId, node and attempt). */
   log: Logger;
   /** The action's backoff; undefined when the worker does not know the node. */
   backoff: Backoff | undefined;
+}
+
+/** Ends the attempt's completion transaction: rolled back and released if one was opened. */
+function closeTx(attempt: Attempt): Promise<void> | undefined {
+  attempt.endTx();
+  return attempt.tx?.close();
 }
 
 /** Records outcomes; one per worker. */
@@ -77,7 +95,12 @@ export class Completer {
    * @returns what was recorded.
    */
   async record(attempt: Attempt, outcome: Outcome): Promise<Recorded> {
-    const recorded = await this.recordOutcome(attempt, outcome);
+    // The usual case, a completion without a completionTx, straight to the batch: one async call
+    // fewer per step, since every promise made per step is kept until its batch commits.
+    const recorded =
+      outcome.kind === 'completed' && attempt.tx === undefined
+        ? await this.completeInBatch(attempt, outcome.output)
+        : await this.recordOutcome(attempt, outcome);
     this.parts.recorded?.(attempt.row.workflow, recorded);
     return recorded;
   }
@@ -88,16 +111,16 @@ export class Completer {
         return this.complete(attempt, outcome.output);
       case 'retryable':
       case 'discarded':
-        await attempt.tx.close();
+        await closeTx(attempt);
         return this.fail(attempt, outcome);
       case 'snoozed':
-        await attempt.tx.close();
+        await closeTx(attempt);
         return this.snooze(attempt, outcome.delayMs, outcome.code);
       case 'skipped':
-        await attempt.tx.close();
+        await closeTx(attempt);
         return this.skip(attempt);
       case 'lease_lost':
-        await attempt.tx.close();
+        await closeTx(attempt);
         this.parts.counters.leaseLost++;
         attempt.log.warn(
           {},
@@ -113,8 +136,8 @@ export class Completer {
   private async complete(attempt: Attempt, output: string): Promise<Recorded> {
     const { row, tx, log } = attempt;
     const { db, counters } = this.parts;
-    const c = tx.take();
-    if (c) {
+    const c = tx?.take();
+    if (tx && c) {
       // Complete on the handler's transaction: its writes and the transition commit together.
       let sent = false;
       try {
@@ -168,28 +191,46 @@ export class Completer {
         return this.fail(attempt, Outcome.retryable('error', err));
       }
     }
+    // Asked for but not open (its open failed): closed, then completed in a batch.
+    await closeTx(attempt);
+    return this.completeInBatch(attempt, output);
+  }
+
+  /**
+   * Completes the step in the batcher's next statement with other steps, retried while that
+   * fails transiently (as `retryTransient`, without its closure and policy object per step).
+   */
+  private async completeInBatch(attempt: Attempt, output: string): Promise<Recorded> {
+    // The step's logger is made on first use: read it only to log.
+    const { row } = attempt;
+    const { batcher, retryDeadlineMs, counters } = this.parts;
     // Most steps never asked for a completionTx: nothing to close then, and no promise to wait on.
-    if (tx.requested) await tx.close();
-    else tx.end();
+    attempt.endTx();
+    attempt.output = output;
     try {
-      // No completionTx: the batcher completes it with other steps in one statement.
-      const done = await retryTransient(
-        () => this.parts.batcher.complete(row.run_id, row.node, row.attempt, output),
-        { deadlineMs: this.parts.retryDeadlineMs, log },
-      );
+      const deadline = Date.now() + retryDeadlineMs;
+      let done: 0 | 1;
+      for (let i = 0; ; i++) {
+        try {
+          done = await batcher.add(attempt);
+          break;
+        } catch (err) {
+          await sleep(transientRetryDelay(err, i, deadline, attempt.log));
+        }
+      }
       if (done === 1 || (await this.completedByUs(row))) {
         counters.completed++;
         return COMPLETED;
       }
       counters.leaseLost++;
-      log.warn(
+      attempt.log.warn(
         { err: new LeaseLostError(row.run_id, row.node, row.attempt).message },
         'completion fenced out',
       );
       return LEASE_LOST;
     } catch (err) {
       if (isConnectionError(err) || isTransactionConflict(err)) {
-        log.error(
+        attempt.log.error(
           { err: String(err) },
           'could not record completion; the lease will expire and the step run again',
         );

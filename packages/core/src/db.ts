@@ -242,15 +242,33 @@ export async function retryTransient<T>(fn: () => Promise<T>, policy: RetryPolic
     try {
       return await fn();
     } catch (err) {
-      const transient = isConnectionError(err) || isTransactionConflict(err);
-      if (!transient || Date.now() >= deadline) throw err;
-      policy.log?.warn(
-        { err: String(err) },
-        isTransactionConflict(err)
-          ? 'transaction conflict (deadlock or serialization failure); retrying'
-          : 'database connection failed; retrying',
+      await sleep(
+        transientRetryDelay(err, i, deadline, policy.log, policy.baseMs, policy.maxDelayMs),
       );
-      await sleep(Math.min((policy.baseMs ?? 50) * 2 ** i, policy.maxDelayMs ?? 2_000));
     }
   }
+}
+
+/**
+ * `retryTransient`'s decision after failure `i` (0-based) of a try: the delay before the next
+ * try, the failure logged to `log`; for a caller that runs the loop itself.
+ * @throws `err` when it is not transient or `deadline` (ms, `Date.now()`'s clock) has passed.
+ */
+export function transientRetryDelay(
+  err: unknown,
+  i: number,
+  deadline: number,
+  log?: Logger,
+  baseMs = 50,
+  maxDelayMs = 2_000,
+): number {
+  const transient = isConnectionError(err) || isTransactionConflict(err);
+  if (!transient || Date.now() >= deadline) throw err;
+  log?.warn(
+    { err: String(err) },
+    isTransactionConflict(err)
+      ? 'transaction conflict (deadlock or serialization failure); retrying'
+      : 'database connection failed; retrying',
+  );
+  return Math.min(baseMs * 2 ** i, maxDelayMs);
 }

@@ -104,14 +104,17 @@ export const Outcome = {
     nonRetryable ? Outcome.discarded(errorKind, error) : Outcome.retryable(errorKind, error),
 } as const;
 
+/** The outcome of a handler that returned nothing (`undefined` or `null`): its output is null. */
+const NULL_OUTPUT: Completed = Object.freeze(Outcome.completed('null'));
+
 /** What `executeStep` needs besides the step. */
 export interface ExecuteParts {
   /** The worker's definition of the step's workflow. */
   workflow: Workflow<unknown>;
   /** The attempt's abort (a `StepAbort`): lease loss or a hard stop; the step's timeout too. */
   abort(reason: unknown): void;
-  /** Calls `fn` once with the abort's reason (`StepAbort.onAbort`). */
-  onAbort(fn: (reason: unknown) => void): void;
+  /** The handler's promise raced against the abort (`StepAbort.race`). */
+  race(ran: Promise<unknown>): Promise<Settled>;
   /** Makes the handler's `ctx` for the step's node. */
   context(node: NodeDef<unknown>): Context;
   /** Largest output stored (bytes). */
@@ -121,7 +124,15 @@ export interface ExecuteParts {
 }
 
 /** How the handler's race ended: its value or error, or the abort's reason. */
-type Settled = { ok: true; value: unknown } | { ok: false; error: unknown; aborted: boolean };
+export type Settled =
+  | { ok: true; value: unknown }
+  | { ok: false; error: unknown; aborted: boolean };
+
+/** The abort whose race promise is being made: one executor for all, not a closure each. */
+let racing: StepAbort | undefined;
+function keepRaceResolve(resolve: (s: Settled) => void): void {
+  (racing as StepAbort).won = resolve;
+}
 
 /**
  * The abort of one attempt (timeout, lease loss, hard stop), with its `AbortSignal` made only
@@ -133,7 +144,8 @@ export class StepAbort {
   private controller: AbortController | undefined;
   private why: unknown;
   private fired = false;
-  private listener: ((reason: unknown) => void) | undefined;
+  /** Settles the race in flight (`race`), if any; whoever comes first clears it. */
+  won: ((s: Settled) => void) | undefined = undefined;
 
   /** The signal handed to the handler (`ctx.signal`), aborted already if the attempt was. */
   get signal(): AbortSignal {
@@ -155,15 +167,29 @@ export class StepAbort {
     this.fired = true;
     this.why = reason;
     this.controller?.abort(reason);
-    const l = this.listener;
-    this.listener = undefined;
-    l?.(reason);
+    this.settle({ ok: false, error: reason, aborted: true });
   }
 
-  /** Calls `fn` once with the reason: now if aborted already, else on the abort (one listener). */
-  onAbort(fn: (reason: unknown) => void): void {
-    if (this.fired) fn(this.why);
-    else this.listener = fn;
+  /**
+   * Races the handler's promise against the abort: settles with whichever comes first (the
+   * abort at once if it came already). One race per attempt.
+   */
+  race(ran: Promise<unknown>): Promise<Settled> {
+    if (this.fired) return Promise.resolve({ ok: false, error: this.why, aborted: true });
+    racing = this;
+    const p = new Promise<Settled>(keepRaceResolve);
+    racing = undefined;
+    ran.then(
+      (value) => this.settle({ ok: true, value }),
+      (error) => this.settle({ ok: false, error, aborted: false }),
+    );
+    return p;
+  }
+
+  private settle(s: Settled): void {
+    const w = this.won;
+    this.won = undefined;
+    w?.(s);
   }
 }
 
@@ -218,13 +244,7 @@ export async function executeStep(row: ClaimedStep, p: ExecuteParts): Promise<Ou
   } catch (error) {
     ran = Promise.reject(error);
   }
-  const settled = await new Promise<Settled>((resolve) => {
-    ac.onAbort((reason) => resolve({ ok: false, error: reason, aborted: true }));
-    ran.then(
-      (value) => resolve({ ok: true, value }),
-      (error) => resolve({ ok: false, error, aborted: false }),
-    );
-  });
+  const settled = await ac.race(ran);
   clearTimeout(timer);
   p.markFinishing();
 
@@ -244,10 +264,15 @@ export async function executeStep(row: ClaimedStep, p: ExecuteParts): Promise<Ou
     return Outcome.failed(kind, error, isNonRetryable(error));
   }
 
+  // No output (most handlers): one shared outcome, nothing encoded or measured.
+  const value = settled.value;
+  if ((value === undefined || value === null) && p.maxPayloadBytes >= NULL_OUTPUT.output.length) {
+    return NULL_OUTPUT;
+  }
   try {
     return Outcome.completed(
       encodePayload(
-        settled.value === undefined ? null : settled.value,
+        value === undefined ? null : value,
         p.maxPayloadBytes,
         `the output of node '${row.node}'`,
       ).text,

@@ -128,34 +128,3 @@ export function consoleLogger(
     child: (more) => consoleLogger(level, { ...bindings, ...more }),
   };
 }
-
-/**
- * A child logger made only when something is logged: a worker's per-step logger (one per
- * step, and most steps log nothing, so making them eagerly is wasted work). Behaves as `parent.child(bindings)`.
- */
-export class LazyChildLogger implements Logger {
-  private made: Logger | undefined;
-  constructor(
-    private readonly parent: Logger,
-    private readonly bindings: object,
-  ) {}
-  private get logger(): Logger {
-    this.made ??= this.parent.child(this.bindings);
-    return this.made;
-  }
-  debug(obj: object, msg?: string): void {
-    this.logger.debug(obj, msg);
-  }
-  info(obj: object, msg?: string): void {
-    this.logger.info(obj, msg);
-  }
-  warn(obj: object, msg?: string): void {
-    this.logger.warn(obj, msg);
-  }
-  error(obj: object, msg?: string): void {
-    this.logger.error(obj, msg);
-  }
-  child(bindings: object): Logger {
-    return this.logger.child(bindings);
-  }
-}
