@@ -166,7 +166,7 @@ const FROM_DONE = (_s: string) => 'FROM done d';
 const FROM_DONE_OR_FENCED_OUT = (s: string) => `FROM (SELECT) AS one LEFT JOIN done d ON true
 WHERE CASE WHEN d.run_id IS NULL THEN ${s}.cyclone_fenced_out($1, $2, $3) ELSE true END`;
 
-/** The SQLSTATE the completion on a completionTx raises when fenced out (migration 000014). */
+/** The SQLSTATE the completion on a completionTx raises when fenced out (migration 000013). */
 export const FENCED_OUT = 'YC001';
 
 /** True for the error of a completion on a completionTx that was fenced out. */

@@ -1,4 +1,4 @@
--- Cyclone core schema, version 14: a completion that raises when it is fenced out.
+-- Cyclone core schema, version 13: a completion that raises when it is fenced out.
 --
 -- cyclone_fenced_out(run_id, node, attempt) raises SQLSTATE YC001 (class YC is not one of
 -- PostgreSQL's). The completion on a handler's completionTx calls it when its fenced update
