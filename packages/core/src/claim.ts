@@ -73,8 +73,12 @@ export interface ClaimParts {
   log: Logger;
   counters: ClaimCounters;
   completer: Completer;
-  /** The worker's in-flight steps: each started step is added, and removed once recorded. */
-  inflight: Map<string, StepHandle>;
+  /**
+   * The worker's in-flight steps: each started step is added, and removed once recorded. By the
+   * step itself, so that two attempts of one node (an older one whose lease this worker lost, and
+   * its re-claim) are both kept, and no key is made per step.
+   */
+  inflight: Set<StepHandle>;
   /** Spans and metrics; undefined when no OpenTelemetry SDK is registered. */
   telemetry: WorkerTelemetry | undefined;
   /** False once the worker stops: the loop ends after its current claim. */
@@ -357,7 +361,7 @@ export class ClaimLoop {
     for (const row of rows) {
       parts.counters.claimed++;
       const step = new Step(this, row);
-      parts.inflight.set(step.key, step);
+      parts.inflight.add(step);
       step.done = step.go();
     }
   }
@@ -372,7 +376,7 @@ export class ClaimLoop {
   stepDone(step: Step): void {
     if (step.finishing) this.finishing--;
     const { inflight } = this.parts;
-    if (inflight.get(step.key) === step) inflight.delete(step.key);
+    inflight.delete(step);
     this.wake();
   }
 
@@ -414,9 +418,6 @@ class Step extends StepAbort implements StepHandle, ExecuteParts, Attempt, Conte
   readonly runId: string;
   readonly node: string;
   readonly attempt: number;
-  /** The `inflight` key: by attempt too, so that an older attempt of a node re-claimed by this
-   * worker (its lease lost) and the new one do not evict each other. */
-  readonly key: string;
   done!: Promise<void>;
   finishing = false;
   readonly workflow: Workflow<unknown>;
@@ -441,7 +442,6 @@ class Step extends StepAbort implements StepHandle, ExecuteParts, Attempt, Conte
     this.runId = row.run_id;
     this.node = row.node;
     this.attempt = row.attempt;
-    this.key = `${row.run_id}\u0000${row.node}\u0000${row.attempt}`;
     this.workflow = parts.workflows.get(row.workflow) as Workflow<unknown>;
   }
 
