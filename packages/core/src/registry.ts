@@ -4,6 +4,8 @@
  * throughput counts, step outcomes per minute and workflow counted in memory and added to
  * `cyclone_throughput` by the same refresh. One statement per interval, none per step: the
  * operator UI's health page and throughput chart read these small tables instead of the runs.
+ * Workers on one caller-given pool report together (`RegistryGroup`): one statement per interval
+ * upserts each one's own row and adds their counts summed.
  */
 import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
@@ -13,7 +15,13 @@ import { ConfigError } from './errors.js';
 import type { Logger } from './logger.js';
 import { every, type Periodic } from './periodic.js';
 import type { Recorded } from './recorded.js';
-import { removeWorker, reportWorker, type ThroughputCount } from './sql/registry.js';
+import {
+  removeWorker,
+  reportWorker,
+  reportWorkers,
+  type ThroughputCount,
+  type WorkersReport,
+} from './sql/registry.js';
 import type { SqlScope } from './sql/statement.js';
 
 /** Configuration of the registry. Durations in ms. */
@@ -43,6 +51,11 @@ export interface RegistryParts {
   log: Logger;
   /** Steps the worker holds now. */
   inFlight(): number;
+  /**
+   * The report shared with the other workers on a caller-given pool (`registryGroup`); undefined
+   * for a worker with its own pools, which reports on its own.
+   */
+  group?: RegistryGroup;
 }
 
 /** What one refresh did. */
@@ -72,9 +85,10 @@ export class Registry {
     private readonly parts: RegistryParts,
     private readonly config: RegistryConfig,
   ) {
-    this.intervalMs = config.intervalMs ?? 5_000;
-    this.staleAfterMs = config.staleAfterMs ?? Math.max(60_000, 12 * this.intervalMs);
-    this.keepThroughputMs = config.keepThroughputMs ?? WEEK_MS;
+    const t = times(config);
+    this.intervalMs = t.intervalMs;
+    this.staleAfterMs = t.staleAfterMs;
+    this.keepThroughputMs = t.keepThroughputMs;
     for (const [name, v] of [
       ['intervalMs', this.intervalMs],
       ['staleAfterMs', this.staleAfterMs],
@@ -116,6 +130,8 @@ export class Registry {
    * refresh: the worker runs without its row meanwhile.
    */
   async start(): Promise<void> {
+    const { group } = this.parts;
+    if (group) return group.join(this);
     if (this.task) return;
     this.task = every(this.intervalMs, 0.1, () => this.refresh(), this.parts.log);
     await this.refresh();
@@ -128,6 +144,8 @@ export class Registry {
   async stop(): Promise<void> {
     this.task?.stop();
     this.task = undefined;
+    // The group's report in flight may still upsert this row: it goes before the removal.
+    await this.parts.group?.leave(this);
     await this.refresh();
     const removed = this.last.then(() =>
       removeWorker(this.parts.pool, this.parts.db, this.workerId),
@@ -157,12 +175,45 @@ export class Registry {
     return this.config.workerId;
   }
 
+  /** This worker's part of a group's report: its row, and its counts, taken (`restore`). */
+  member(): { worker: WorkersReport['workers'][number]; taken: Map<string, ThroughputCount> } {
+    const taken = this.counts;
+    this.counts = new Map();
+    const { config } = this;
+    return {
+      worker: {
+        workerId: config.workerId,
+        concurrency: config.concurrency,
+        inFlight: this.parts.inFlight(),
+        workflows: config.workflows,
+        starting: this.starting,
+      },
+      taken,
+    };
+  }
+
+  /** After a group's report: its row started, or its counts given back for the next report. */
+  reported(taken: Map<string, ThroughputCount>, ok: boolean): void {
+    if (ok) this.starting = false;
+    else this.restore(taken);
+  }
+
+  private restore(taken: Map<string, ThroughputCount>): void {
+    for (const [key, c] of taken) {
+      const now = this.counts.get(key);
+      if (now === undefined) this.counts.set(key, c);
+      else {
+        now.completed += c.completed;
+        now.failed += c.failed;
+        now.discarded += c.discarded;
+      }
+    }
+  }
+
   private async send(): Promise<RegistryResult> {
     const taken = this.counts;
     this.counts = new Map();
-    const counts = [...taken.values()].sort(
-      (a, b) => a.minute - b.minute || (a.workflow < b.workflow ? -1 : 1),
-    );
+    const counts = sorted(taken.values());
     try {
       const pruned = await reportWorker(this.parts.pool, this.parts.db, {
         workerId: this.workerId,
@@ -180,15 +231,7 @@ export class Registry {
       this.starting = false;
       return { flushed: counts.length, pruned };
     } catch (err) {
-      for (const [key, c] of taken) {
-        const now = this.counts.get(key);
-        if (now === undefined) this.counts.set(key, c);
-        else {
-          now.completed += c.completed;
-          now.failed += c.failed;
-          now.discarded += c.discarded;
-        }
-      }
+      this.restore(taken);
       throw err;
     }
   }
@@ -203,6 +246,155 @@ export class Registry {
       );
     }
   }
+}
+
+/** Counts by minute, then workflow: the order every report adds them in. */
+function sorted(counts: Iterable<ThroughputCount>): ThroughputCount[] {
+  return [...counts].sort((a, b) => a.minute - b.minute || (a.workflow < b.workflow ? -1 : 1));
+}
+
+/** The intervals and ages of a registry, defaults applied (`RegistryConfig`). */
+function times(config: Pick<RegistryConfig, 'intervalMs' | 'staleAfterMs' | 'keepThroughputMs'>) {
+  const intervalMs = config.intervalMs ?? 5_000;
+  return {
+    intervalMs,
+    staleAfterMs: config.staleAfterMs ?? Math.max(60_000, 12 * intervalMs),
+    keepThroughputMs: config.keepThroughputMs ?? WEEK_MS,
+  };
+}
+
+/**
+ * The registry of the workers on one caller-given pool with the same intervals: one statement per
+ * interval reports them all (`reportWorkers`): each one's own row (id, capacity, steps in flight,
+ * workflows, last seen) and their counts summed per minute and workflow, instead of one statement
+ * per worker adding to the same throughput rows. It reports while at least one of them runs:
+ * started by the first to join, stopped when the last leaves. A worker's stop still flushes its
+ * last counts and deletes its row on its own.
+ */
+export class RegistryGroup {
+  private readonly members = new Set<Registry>();
+  private task: Periodic | undefined;
+  /** The report in flight, so that reports never overlap. */
+  private last: Promise<unknown> = Promise.resolve();
+  /** A report queued behind the one in flight: workers joining meanwhile share it. */
+  private queued: Promise<void> | undefined;
+
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly db: SqlScope,
+    private readonly log: Logger,
+    readonly intervalMs: number,
+    readonly staleAfterMs: number,
+    readonly keepThroughputMs: number,
+  ) {}
+
+  /**
+   * Adds a worker; the first one starts the reports. Resolves once a report including it settled
+   * (a failure is logged: the next report registers it).
+   */
+  join(r: Registry): Promise<void> {
+    this.members.add(r);
+    this.task ??= every(this.intervalMs, 0.1, () => this.refresh(), this.log);
+    return this.refresh();
+  }
+
+  /**
+   * Removes a worker; the last one stops the reports. Resolves once no report in flight includes
+   * it any more.
+   */
+  async leave(r: Registry): Promise<void> {
+    if (this.members.delete(r) && this.members.size === 0) {
+      this.task?.stop();
+      this.task = undefined;
+    }
+    await this.last;
+  }
+
+  /** One report of every member, after the one in flight (joined if one is already queued). */
+  private refresh(): Promise<void> {
+    if (this.queued) return this.queued;
+    const next = this.last.then(() => {
+      this.queued = undefined;
+      return this.send();
+    });
+    const settled = next.catch((err) => {
+      this.log.warn(
+        { err: String(err), connection: isConnectionError(err) },
+        'worker registry refresh failed; will retry',
+      );
+    });
+    this.queued = settled;
+    this.last = settled;
+    return settled;
+  }
+
+  private async send(): Promise<void> {
+    if (this.members.size === 0) return;
+    const parts = [...this.members].map((m) => ({ m, ...m.member() }));
+    const sum = new Map<string, ThroughputCount>();
+    for (const { taken } of parts) {
+      for (const [key, c] of taken) {
+        const s = sum.get(key);
+        if (s === undefined) sum.set(key, { ...c });
+        else {
+          s.completed += c.completed;
+          s.failed += c.failed;
+          s.discarded += c.discarded;
+        }
+      }
+    }
+    // One row per id: an upsert cannot touch a row twice, and two workers given one id share it.
+    const rows = new Map<string, WorkersReport['workers'][number]>();
+    for (const { worker } of parts) {
+      const first = rows.get(worker.workerId);
+      if (first === undefined) rows.set(worker.workerId, worker);
+      else if (worker.starting) rows.set(worker.workerId, { ...first, starting: true });
+    }
+    let ok = false;
+    try {
+      await reportWorkers(this.pool, this.db, {
+        host: hostname(),
+        pid: process.pid,
+        version: coreVersion(),
+        workers: [...rows.values()],
+        staleAfterMs: this.staleAfterMs,
+        counts: sorted(sum.values()),
+        keepThroughputMs: this.keepThroughputMs,
+      });
+      ok = true;
+    } finally {
+      for (const p of parts) p.m.reported(p.taken, ok);
+    }
+  }
+}
+
+/** The registry groups of caller-given pools, by pool, then schema and intervals. */
+const groups = new WeakMap<pg.Pool, Map<string, RegistryGroup>>();
+
+/**
+ * The registry group of `pool` for `db` and the intervals of `config` (defaults applied), shared
+ * by the workers on that pool with those settings (workers of one `Client` made with a
+ * caller-given pool).
+ */
+export function registryGroup(
+  pool: pg.Pool,
+  db: SqlScope,
+  log: Logger,
+  config: Pick<RegistryConfig, 'intervalMs' | 'staleAfterMs' | 'keepThroughputMs'> = {},
+): RegistryGroup {
+  const t = times(config);
+  let byKey = groups.get(pool);
+  if (!byKey) {
+    byKey = new Map();
+    groups.set(pool, byKey);
+  }
+  const key = [db.q, db.prepare, t.intervalMs, t.staleAfterMs, t.keepThroughputMs].join('\u0000');
+  let g = byKey.get(key);
+  if (!g) {
+    g = new RegistryGroup(pool, db, log, t.intervalMs, t.staleAfterMs, t.keepThroughputMs);
+    byKey.set(key, g);
+  }
+  return g;
 }
 
 let version: string | null | undefined;

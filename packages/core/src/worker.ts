@@ -25,7 +25,7 @@ import { ConfigError } from './errors.js';
 import { Heartbeat, heartbeatGroup } from './heartbeat.js';
 import { Listener } from './listener.js';
 import type { Logger } from './logger.js';
-import { Registry } from './registry.js';
+import { Registry, registryGroup } from './registry.js';
 import type { Schedule } from './schedule.js';
 import { Scheduler } from './scheduler.js';
 import { sharedClaim } from './shared-claim.js';
@@ -209,7 +209,12 @@ export class Worker {
     const telemetry = WorkerTelemetry.create();
     this.telemetry = telemetry;
     const registry = new Registry(
-      { ...control, inFlight: () => this.inflight.size },
+      {
+        ...control,
+        inFlight: () => this.inflight.size,
+        // Workers on a caller-given pool report together: one statement per interval for all.
+        ...(pools.owned ? {} : { group: registryGroup(this.controlPool, db, log) }),
+      },
       {
         workerId: this.workerId,
         concurrency: this.concurrency,

@@ -1,7 +1,8 @@
 /**
  * The worker registry and the throughput counts: the statements on `cyclone_workers` and
- * `cyclone_throughput` (migration 11). Each worker sends one of them every few seconds, never
- * per step, and the operator's reads go by primary keys or read these small tables whole.
+ * `cyclone_throughput` (migration 11). Each worker sends one of them every few seconds (the
+ * workers on one caller-given pool one between them), never per step, and the operator's reads
+ * go by primary keys or read these small tables whole.
  */
 import { defineStatement, type Queryable, type SqlScope, send } from './statement.js';
 
@@ -40,6 +41,53 @@ WITH w AS (
 ), expired AS (
   DELETE FROM ${s}.cyclone_throughput
   WHERE minute < now() - $14::float8 * interval '1 millisecond'
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM gone)::int AS pruned`;
+
+/**
+ * The report of the workers sharing one pool, in one statement (`reportWorkerSql` for several):
+ * upserts each worker's row from $1, a JSON array of `{worker_id, concurrency, in_flight,
+ * workflows}` (every row's `last_seen_at` now, `started_at` reset for the ids in $5, the workers
+ * starting), with their process's $2 host, $3 pid and $4 version; deletes the rows of other
+ * workers not seen for $6 ms; adds the counts of all of them summed per minute and workflow ($7
+ * minute, $8 workflow, $9 completed, $10 failed, $11 discarded; unique and sorted as in
+ * `reportWorkerSql`) and deletes buckets older than $12 ms. Rows upserted in worker id order, so
+ * that two such reports never wait on each other in opposite orders. Returns how many stale worker
+ * rows it deleted.
+ */
+export const reportWorkersSql = (s: string) => `
+WITH r AS (
+  SELECT * FROM jsonb_to_recordset($1::jsonb)
+    AS r(worker_id text, concurrency int, in_flight int, workflows text[])
+), w AS (
+  INSERT INTO ${s}.cyclone_workers AS cw
+    (worker_id, host, pid, version, concurrency, in_flight, workflows)
+  SELECT r.worker_id, $2, $3, $4, r.concurrency, r.in_flight, r.workflows
+  FROM r ORDER BY r.worker_id
+  ON CONFLICT (worker_id) DO UPDATE
+  SET host = excluded.host, pid = excluded.pid, version = excluded.version,
+      concurrency = excluded.concurrency, in_flight = excluded.in_flight,
+      workflows = excluded.workflows, last_seen_at = now(),
+      started_at = CASE WHEN excluded.worker_id = ANY ($5::text[]) THEN now()
+                        ELSE cw.started_at END
+  RETURNING 1
+), gone AS (
+  DELETE FROM ${s}.cyclone_workers d
+  WHERE d.last_seen_at < now() - $6::float8 * interval '1 millisecond'
+    AND NOT EXISTS (SELECT 1 FROM r WHERE r.worker_id = d.worker_id)
+  RETURNING 1
+), counted AS (
+  INSERT INTO ${s}.cyclone_throughput AS t (minute, workflow, completed, failed, discarded)
+  SELECT * FROM unnest($7::timestamptz[], $8::text[], $9::bigint[], $10::bigint[],
+                       $11::bigint[])
+  ON CONFLICT (minute, workflow) DO UPDATE
+  SET completed = t.completed + excluded.completed, failed = t.failed + excluded.failed,
+      discarded = t.discarded + excluded.discarded
+  RETURNING 1
+), expired AS (
+  DELETE FROM ${s}.cyclone_throughput
+  WHERE minute < now() - $12::float8 * interval '1 millisecond'
   RETURNING 1
 )
 SELECT (SELECT count(*) FROM gone)::int AS pruned`;
@@ -104,6 +152,27 @@ export interface WorkerReport {
   starting: boolean;
 }
 
+/** The report of several workers of one process (`reportWorkersSql`). */
+export interface WorkersReport {
+  host: string;
+  pid: number;
+  version: string | null;
+  workers: readonly {
+    workerId: string;
+    concurrency: number;
+    inFlight: number;
+    workflows: readonly string[];
+    /** The worker's start: its `started_at` is reset. */
+    starting: boolean;
+  }[];
+  /** Rows of other workers not seen for this long (ms) are deleted. */
+  staleAfterMs: number;
+  /** Outcome counts to add, summed over the workers, one per (minute, workflow), sorted. */
+  counts: readonly ThroughputCount[];
+  /** Throughput buckets older than this (ms) are deleted. */
+  keepThroughputMs: number;
+}
+
 /** Outcomes counted in one minute of one workflow. */
 export interface ThroughputCount {
   /** Start of the minute, ms since the epoch (a multiple of 60,000). */
@@ -137,6 +206,7 @@ export interface ThroughputRow {
 }
 
 const reportStatement = defineStatement('report_worker', reportWorkerSql);
+const reportManyStatement = defineStatement('report_workers', reportWorkersSql);
 const removeStatement = defineStatement('remove_worker', removeWorkerSql, false);
 const listStatement = defineStatement('list_workers', listWorkersSql, false);
 const throughputStatement = defineStatement('throughput', throughputSql, false);
@@ -159,6 +229,35 @@ export async function reportWorker(on: Queryable, db: SqlScope, r: WorkerReport)
     r.counts.map((c) => c.discarded),
     r.keepThroughputMs,
     r.starting,
+  ]);
+  return rows[0]?.pruned ?? 0;
+}
+
+/** Sends the report of several workers. @returns how many stale worker rows were deleted. */
+export async function reportWorkers(
+  on: Queryable,
+  db: SqlScope,
+  r: WorkersReport,
+): Promise<number> {
+  const workers = r.workers.map((w) => ({
+    worker_id: w.workerId,
+    concurrency: w.concurrency,
+    in_flight: w.inFlight,
+    workflows: w.workflows,
+  }));
+  const { rows } = await send<{ pruned: number }>(on, reportManyStatement(db), [
+    JSON.stringify(workers),
+    r.host,
+    r.pid,
+    r.version,
+    r.workers.filter((w) => w.starting).map((w) => w.workerId),
+    r.staleAfterMs,
+    r.counts.map((c) => new Date(c.minute)),
+    r.counts.map((c) => c.workflow),
+    r.counts.map((c) => c.completed),
+    r.counts.map((c) => c.failed),
+    r.counts.map((c) => c.discarded),
+    r.keepThroughputMs,
   ]);
   return rows[0]?.pruned ?? 0;
 }
