@@ -9,6 +9,7 @@ import type pg from 'pg';
 import { isConnectionError } from './db.js';
 import { ConfigError } from './errors.js';
 import type { Logger } from './logger.js';
+import { PerPool } from './per-pool.js';
 import { every, type Periodic } from './periodic.js';
 import { extendLeases } from './sql/heartbeat.js';
 import type { SqlScope } from './sql/statement.js';
@@ -208,7 +209,7 @@ export class HeartbeatGroup {
 }
 
 /** The heartbeat groups of caller-given pools, by pool, then schema, lease and interval. */
-const groups = new WeakMap<pg.Pool, Map<string, HeartbeatGroup>>();
+const groups = new PerPool<string, HeartbeatGroup>();
 
 /**
  * The heartbeat group of `pool` for `db`, `leaseMs` and `intervalMs`, shared by the workers on
@@ -221,16 +222,6 @@ export function heartbeatGroup(
   leaseMs: number,
   intervalMs: number,
 ): HeartbeatGroup {
-  let byKey = groups.get(pool);
-  if (!byKey) {
-    byKey = new Map();
-    groups.set(pool, byKey);
-  }
   const key = [db.q, db.prepare, leaseMs, intervalMs].join('\u0000');
-  let g = byKey.get(key);
-  if (!g) {
-    g = new HeartbeatGroup(pool, db, log, leaseMs, intervalMs);
-    byKey.set(key, g);
-  }
-  return g;
+  return groups.get(pool, key, () => new HeartbeatGroup(pool, db, log, leaseMs, intervalMs));
 }

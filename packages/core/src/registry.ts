@@ -13,6 +13,7 @@ import type pg from 'pg';
 import { isConnectionError } from './db.js';
 import { ConfigError } from './errors.js';
 import type { Logger } from './logger.js';
+import { PerPool } from './per-pool.js';
 import { every, type Periodic } from './periodic.js';
 import type { Recorded } from './recorded.js';
 import {
@@ -369,7 +370,7 @@ export class RegistryGroup {
 }
 
 /** The registry groups of caller-given pools, by pool, then schema and intervals. */
-const groups = new WeakMap<pg.Pool, Map<string, RegistryGroup>>();
+const groups = new PerPool<string, RegistryGroup>();
 
 /**
  * The registry group of `pool` for `db` and the intervals of `config` (defaults applied), shared
@@ -383,18 +384,12 @@ export function registryGroup(
   config: Pick<RegistryConfig, 'intervalMs' | 'staleAfterMs' | 'keepThroughputMs'> = {},
 ): RegistryGroup {
   const t = times(config);
-  let byKey = groups.get(pool);
-  if (!byKey) {
-    byKey = new Map();
-    groups.set(pool, byKey);
-  }
   const key = [db.q, db.prepare, t.intervalMs, t.staleAfterMs, t.keepThroughputMs].join('\u0000');
-  let g = byKey.get(key);
-  if (!g) {
-    g = new RegistryGroup(pool, db, log, t.intervalMs, t.staleAfterMs, t.keepThroughputMs);
-    byKey.set(key, g);
-  }
-  return g;
+  return groups.get(
+    pool,
+    key,
+    () => new RegistryGroup(pool, db, log, t.intervalMs, t.staleAfterMs, t.keepThroughputMs),
+  );
 }
 
 let version: string | null | undefined;

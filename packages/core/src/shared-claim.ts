@@ -9,6 +9,7 @@
 import type pg from 'pg';
 import { cancelStatement } from './cancel.js';
 import { isLimitExceeded, withConnection } from './db.js';
+import { PerPool } from './per-pool.js';
 import { type ClaimedStep, claimStepsShared } from './sql/claim.js';
 import type { SqlScope } from './sql/statement.js';
 
@@ -152,18 +153,13 @@ export class SharedClaim {
 }
 
 /** The shared claims of caller-given pools, by pool, then schema, lease and nodes. */
-const claims = new WeakMap<pg.Pool, Map<string, SharedClaim>>();
+const claims = new PerPool<string, SharedClaim>();
 
 /**
  * The claim shared by the workers on `config.pool` with the same schema, lease and nodes
  * (workers of one `Client` made with a caller-given pool).
  */
 export function sharedClaim(config: SharedClaimConfig): SharedClaim {
-  let byKey = claims.get(config.pool);
-  if (!byKey) {
-    byKey = new Map();
-    claims.set(config.pool, byKey);
-  }
   const key = [
     config.db.q,
     config.db.prepare,
@@ -171,10 +167,5 @@ export function sharedClaim(config: SharedClaimConfig): SharedClaim {
     [...config.workflows].sort().join(','),
     [...config.nodeKeys].sort().join(','),
   ].join('\u0000');
-  let c = byKey.get(key);
-  if (!c) {
-    c = new SharedClaim(config);
-    byKey.set(key, c);
-  }
-  return c;
+  return claims.get(config.pool, key, () => new SharedClaim(config));
 }

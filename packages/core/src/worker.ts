@@ -25,6 +25,7 @@ import { ConfigError } from './errors.js';
 import { Heartbeat, heartbeatGroup } from './heartbeat.js';
 import { Listener } from './listener.js';
 import type { Logger } from './logger.js';
+import { PerPool } from './per-pool.js';
 import { Registry, registryGroup } from './registry.js';
 import type { Schedule } from './schedule.js';
 import { Scheduler } from './scheduler.js';
@@ -413,7 +414,7 @@ export class Worker {
 }
 
 /** The completion batchers of caller-given pools, one per pool and schema. */
-const batchers = new WeakMap<pg.Pool, Map<Db, CompletionBatcher>>();
+const batchers = new PerPool<Db, CompletionBatcher>();
 
 /**
  * The completion batcher of `pool` for `db`, shared by every worker on that pool (workers of one
@@ -422,21 +423,11 @@ const batchers = new WeakMap<pg.Pool, Map<Db, CompletionBatcher>>();
  * worker a step belongs to). A worker with its own pools keeps its own batcher.
  */
 function sharedBatcher(pool: pg.Pool, db: Db): CompletionBatcher {
-  let byScope = batchers.get(pool);
-  if (!byScope) {
-    byScope = new Map();
-    batchers.set(pool, byScope);
-  }
-  let b = byScope.get(db);
-  if (!b) {
-    b = new CompletionBatcher(pool, db);
-    byScope.set(db, b);
-  }
-  return b;
+  return batchers.get(pool, db, () => new CompletionBatcher(pool, db));
 }
 
 /** The sweeps of caller-given pools, by pool, then schema and configuration. */
-const sweeps = new WeakMap<pg.Pool, Map<string, SharedSweep>>();
+const sweeps = new PerPool<string, SharedSweep>();
 
 /** One sweep run for every worker on a pool that started it, until the last of them stops. */
 interface SharedSweep {
@@ -460,16 +451,9 @@ function sharedSweep(
   swept: (steps: readonly SweptStep[]) => void,
 ): { start(): void; stop(): void } {
   const key = `${db.schema}\u0000${config.intervalMs}\u0000${config.batchSize}`;
-  let byKey = sweeps.get(pool);
-  if (!byKey) {
-    byKey = new Map();
-    sweeps.set(pool, byKey);
-  }
-  const map = byKey;
   return {
     start() {
-      let shared = map.get(key);
-      if (!shared) {
+      const shared = sweeps.get(pool, key, () => {
         const users = new Set<(steps: readonly SweptStep[]) => void>();
         const sweep = new Sweep(
           {
@@ -480,17 +464,16 @@ function sharedSweep(
           },
           config,
         );
-        shared = { sweep, users };
-        map.set(key, shared);
         sweep.start();
-      }
+        return { sweep, users };
+      });
       shared.users.add(swept);
     },
     stop() {
-      const shared = map.get(key);
+      const shared = sweeps.peek(pool, key);
       if (!shared?.users.delete(swept) || shared.users.size > 0) return;
       shared.sweep.stop();
-      map.delete(key);
+      sweeps.delete(pool, key);
     },
   };
 }
