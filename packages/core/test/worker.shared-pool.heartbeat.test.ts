@@ -7,6 +7,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, newAction, newWorkflow, Worker } from '../src/index.js';
 import { createTestDb, type TestDb } from './support/db.js';
+import { watchStatements } from './support/pool-spy.js';
 
 let started = 0;
 let release: () => void = () => {};
@@ -34,15 +35,10 @@ describe('workers on one caller-given pool', () => {
     const pool = new pg.Pool({ connectionString: db.url, max: 8 });
     /** Steps per heartbeat statement sent through the pool. */
     const beats: number[] = [];
-    const query = pool.query.bind(pool) as (...a: unknown[]) => Promise<unknown>;
-    (pool as unknown as { query: unknown }).query = (...args: unknown[]) => {
-      const c = args[0] as { name?: string } | string;
-      if (typeof c === 'object' && c.name?.startsWith('cyclone_extend_leases_')) {
-        // Prepared statements go as (config, values): the first value is the steps' run ids.
-        beats.push(((args[1] as unknown[])[0] as unknown[]).length);
-      }
-      return query(...args);
-    };
+    watchStatements(pool, (name, values) => {
+      // The first value is the steps' run ids.
+      if (name.startsWith('cyclone_extend_leases_')) beats.push((values[0] as unknown[]).length);
+    });
     const client = new Client({ pool });
     const leaseMs = 1_500;
     const workers = [0, 1, 2].map(

@@ -11,6 +11,7 @@ import { Registry, registryGroup } from '../src/registry.js';
 import { createUiReader } from '../src/ui-reader.js';
 import { createTestDb, type TestDb } from './support/db.js';
 import { captureLogger } from './support/logger.js';
+import { watchStatements } from './support/pool-spy.js';
 
 let started = 0;
 let release: () => void = () => {};
@@ -40,18 +41,13 @@ describe('workers on one caller-given pool', () => {
     const pool = new pg.Pool({ connectionString: db.url, max: 8 });
     /** Worker rows carried by each registry statement sent through the pool. */
     const reports: number[] = [];
-    const query = pool.query.bind(pool) as (...a: unknown[]) => Promise<unknown>;
-    (pool as unknown as { query: unknown }).query = (...args: unknown[]) => {
-      const c = args[0] as { name?: string } | string;
-      if (typeof c === 'object' && c.name?.startsWith('cyclone_report_worker')) {
-        // One worker's report has its id first; the shared one a JSON array of the workers.
-        const first = (args[1] as unknown[])[0];
-        reports.push(
-          c.name.startsWith('cyclone_report_workers_') ? JSON.parse(first as string).length : 1,
-        );
-      }
-      return query(...args);
-    };
+    watchStatements(pool, (name, values) => {
+      if (!name.startsWith('cyclone_report_worker')) return;
+      // One worker's report has its id first; the shared one a JSON array of the workers.
+      reports.push(
+        name.startsWith('cyclone_report_workers_') ? JSON.parse(values[0] as string).length : 1,
+      );
+    });
     const client = new Client({ pool });
     const workers = [1, 2, 3, 4, 5].map(
       (concurrency) =>

@@ -9,6 +9,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, newAction, newWorkflow, Worker } from '../src/index.js';
 import { createTestDb, type TestDb } from './support/db.js';
+import { watchStatements } from './support/pool-spy.js';
 
 /** Handlers started so far, and the release they all wait for. */
 let started = 0;
@@ -50,14 +51,10 @@ describe('workers on one caller-given pool', () => {
     const pool = new pg.Pool({ connectionString: db.url, max: 8 });
     // The completion statements sent through the pool: 'one' (a single step) or 'batch'.
     const completions: string[] = [];
-    const query = pool.query.bind(pool) as (...a: unknown[]) => Promise<unknown>;
-    (pool as unknown as { query: unknown }).query = (...args: unknown[]) => {
-      const c = args[0];
-      const name = typeof c === 'object' && c !== null ? ((c as { name?: string }).name ?? '') : '';
+    watchStatements(pool, (name) => {
       if (name.startsWith('cyclone_complete_steps_')) completions.push('batch');
       else if (name.startsWith('cyclone_complete_step_')) completions.push('one');
-      return query(...args);
-    };
+    });
     const client = new Client({ pool });
     started = 0;
     released = new Promise<void>((r) => {
@@ -100,13 +97,9 @@ describe('workers on one caller-given pool', () => {
   it('run one recovery sweep between them, not one each', async () => {
     const pool = new pg.Pool({ connectionString: db.url, max: 8 });
     let sweeps = 0;
-    const query = pool.query.bind(pool) as (...a: unknown[]) => Promise<unknown>;
-    (pool as unknown as { query: unknown }).query = (...args: unknown[]) => {
-      const c = args[0];
-      const name = typeof c === 'object' && c !== null ? ((c as { name?: string }).name ?? '') : '';
+    watchStatements(pool, (name) => {
       if (name.startsWith('cyclone_sweep_expired_leases_')) sweeps++;
-      return query(...args);
-    };
+    });
     const client = new Client({ pool });
     const workers = [0, 1, 2, 3].map(
       () => new Worker({ client, workflows: [Flow], sweepIntervalMs: 100, listen: false }),
