@@ -46,6 +46,18 @@ const REVIEWED: Reviewed[] = [
       "the claim's loose scan over priorities (sql/claim.ts PRIORITIES), given the quoted schema: a builder of Cyclone's own, never data",
   },
   {
+    file: 'core/src/sql/registry.ts',
+    expression: 'countedSql(s, 9)',
+    reason:
+      "the one worker's report's throughput tail: the module's builder countedSql, given the quoted schema and the literal number of its first placeholder",
+  },
+  {
+    file: 'core/src/sql/registry.ts',
+    expression: 'countedSql(s, 7)',
+    reason:
+      "the shared report's throughput tail: the module's builder countedSql, given the quoted schema and the literal number of its first placeholder",
+  },
+  {
     file: 'core/src/sql/claim.ts',
     expression: 'upstream(s)',
     reason:

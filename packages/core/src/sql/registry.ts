@@ -7,6 +7,26 @@
 import { defineStatement, type Queryable, type SqlScope, send } from './statement.js';
 
 /**
+ * The tail both reports share: adds the counts ($p minute, $p+1 workflow, $p+2 completed, $p+3
+ * failed, $p+4 discarded) into `cyclone_throughput`, deletes buckets older than $p+5 ms, and
+ * returns how many stale worker rows the `gone` CTE before it deleted.
+ */
+const countedSql = (s: string, p: number) => `counted AS (
+  INSERT INTO ${s}.cyclone_throughput AS t (minute, workflow, completed, failed, discarded)
+  SELECT * FROM unnest($${p}::timestamptz[], $${p + 1}::text[], $${p + 2}::bigint[],
+                       $${p + 3}::bigint[], $${p + 4}::bigint[])
+  ON CONFLICT (minute, workflow) DO UPDATE
+  SET completed = t.completed + excluded.completed, failed = t.failed + excluded.failed,
+      discarded = t.discarded + excluded.discarded
+  RETURNING 1
+), expired AS (
+  DELETE FROM ${s}.cyclone_throughput
+  WHERE minute < now() - $${p + 5}::float8 * interval '1 millisecond'
+  RETURNING 1
+)
+SELECT (SELECT count(*) FROM gone)::int AS pruned`;
+
+/**
  * One report of a worker, in one statement: upserts its row (`started_at` reset when $15 is
  * true, the start), deletes the rows of other workers not seen for $8 ms (they died without a
  * graceful stop), adds the outcome counts given as parallel arrays ($9 minute, $10 workflow,
@@ -30,20 +50,7 @@ WITH w AS (
   DELETE FROM ${s}.cyclone_workers
   WHERE last_seen_at < now() - $8::float8 * interval '1 millisecond' AND worker_id <> $1
   RETURNING 1
-), counted AS (
-  INSERT INTO ${s}.cyclone_throughput AS t (minute, workflow, completed, failed, discarded)
-  SELECT * FROM unnest($9::timestamptz[], $10::text[], $11::bigint[], $12::bigint[],
-                       $13::bigint[])
-  ON CONFLICT (minute, workflow) DO UPDATE
-  SET completed = t.completed + excluded.completed, failed = t.failed + excluded.failed,
-      discarded = t.discarded + excluded.discarded
-  RETURNING 1
-), expired AS (
-  DELETE FROM ${s}.cyclone_throughput
-  WHERE minute < now() - $14::float8 * interval '1 millisecond'
-  RETURNING 1
-)
-SELECT (SELECT count(*) FROM gone)::int AS pruned`;
+), ${countedSql(s, 9)}`;
 
 /**
  * The report of the workers sharing one pool, in one statement (`reportWorkerSql` for several):
@@ -77,20 +84,7 @@ WITH r AS (
   WHERE d.last_seen_at < now() - $6::float8 * interval '1 millisecond'
     AND NOT EXISTS (SELECT 1 FROM r WHERE r.worker_id = d.worker_id)
   RETURNING 1
-), counted AS (
-  INSERT INTO ${s}.cyclone_throughput AS t (minute, workflow, completed, failed, discarded)
-  SELECT * FROM unnest($7::timestamptz[], $8::text[], $9::bigint[], $10::bigint[],
-                       $11::bigint[])
-  ON CONFLICT (minute, workflow) DO UPDATE
-  SET completed = t.completed + excluded.completed, failed = t.failed + excluded.failed,
-      discarded = t.discarded + excluded.discarded
-  RETURNING 1
-), expired AS (
-  DELETE FROM ${s}.cyclone_throughput
-  WHERE minute < now() - $12::float8 * interval '1 millisecond'
-  RETURNING 1
-)
-SELECT (SELECT count(*) FROM gone)::int AS pruned`;
+), ${countedSql(s, 7)}`;
 
 /** Deletes a worker's row (its graceful stop). $1 worker id. */
 export const removeWorkerSql = (s: string) =>
