@@ -70,6 +70,24 @@ describe('migrate', () => {
     expect(await client('cyclone').migrate()).toEqual([]);
   });
 
+  it("the previous version's run insert still works on the migrated schema (a rolling deploy)", async () => {
+    // Its ON CONFLICT names no predicate: only a non-partial unique index on (workflow,
+    // submit_key) can serve it, so the constraint must stay until no such version runs.
+    const insert = (key: string | null) =>
+      db.pool.query(
+        `INSERT INTO cyclone.cyclone_runs
+           (id, workflow, state, input, submit_key, input_hash, steps_remaining, steps_active)
+         VALUES (gen_random_uuid(), 'previous_version', 'running', '{}', $1, 'h', 1, 1)
+         ON CONFLICT (workflow, submit_key) DO NOTHING RETURNING id`,
+        [key],
+      );
+    await client('cyclone').migrate();
+    expect((await insert(null)).rowCount).toBe(1);
+    expect((await insert('k')).rowCount).toBe(1);
+    expect((await insert('k')).rowCount).toBe(0);
+    await db.pool.query(`DELETE FROM cyclone.cyclone_runs WHERE workflow = 'previous_version'`);
+  });
+
   it('a migrated schema of another name runs workflows on its own tables and channel', async () => {
     const c = client('cyclone_m1');
     const echo = newAction('echo', async (_ctx, input: { v: number }) => ({ v: input.v * 2 }));

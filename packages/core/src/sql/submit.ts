@@ -6,7 +6,9 @@ import { defineStatement, type Queryable, type SqlScope, send } from './statemen
 
 /**
  * Inserts a run and all its steps in one statement. With a submit key, `ON CONFLICT (workflow,
- * submit_key) DO NOTHING`: no row comes back when the key exists.
+ * submit_key) WHERE submit_key IS NOT NULL DO NOTHING`: no row comes back when the key exists
+ * (the predicate lets the conflict be inferred from the unique constraint of today or from a
+ * partial unique index a later migration may make of it).
  * $1 id, $2 workflow, $3 input jsonb, $4 submit_key, $5 input_hash, $6 step count, $7 root
  * count, $8 nodes[], $9 actions[], $10 max_attempts[], $11 deps[], $12 downstream jsonb[],
  * $13 ancestors jsonb[], $14 channel, $15 run_at timestamptz or NULL, $16 delay ms (from now()
