@@ -329,7 +329,8 @@ export class WaitTimeoutError extends CycloneError {
  */
 export class ConfigError extends CycloneError {
   constructor(message: string) {
-    super('CONFIG', message);
+    // Not retryable: the same configuration fails the same way on every attempt.
+    super('CONFIG', message, { retryable: false });
   }
 }
 
