@@ -189,7 +189,10 @@ export class Worker {
     this.listenEnabled = options.listen ?? true;
     this.workerId =
       options.workerId ?? `${hostname()}:${process.pid}:${randomBytes(4).toString('hex')}`;
-    const log = (options.logger ?? client.logger).child({ workerId: this.workerId });
+    // The services the workers on one pool share outlive the worker that made them, so they log
+    // with baseLog: their lines name no worker.
+    const baseLog = options.logger ?? client.logger;
+    const log = baseLog.child({ workerId: this.workerId });
     this.log = log;
     const dead = deadConnectionSettings(
       positive('deadConnectionMs', options.deadConnectionMs, DEAD_CONNECTION_MS),
@@ -214,7 +217,7 @@ export class Worker {
         ...control,
         inFlight: () => this.inflight.size,
         // Workers on a caller-given pool report together: one statement per interval for all.
-        ...(pools.owned ? {} : { group: registryGroup(this.controlPool, db, log) }),
+        ...(pools.owned ? {} : { group: registryGroup(this.controlPool, db, baseLog) }),
       },
       {
         workerId: this.workerId,
@@ -293,7 +296,7 @@ export class Worker {
         ...(pools.owned
           ? {}
           : {
-              group: heartbeatGroup(this.controlPool, db, log, leaseMs, heartbeatIntervalMs),
+              group: heartbeatGroup(this.controlPool, db, baseLog, leaseMs, heartbeatIntervalMs),
             }),
       },
       { workerId: this.workerId, leaseMs, intervalMs: heartbeatIntervalMs },
@@ -305,7 +308,7 @@ export class Worker {
     const sweepConfig = { intervalMs: sweepIntervalMs, batchSize: sweepBatchSize };
     this.sweep = pools.owned
       ? new Sweep({ ...control, swept }, sweepConfig)
-      : sharedSweep(this.controlPool, db, log, sweepConfig, swept);
+      : sharedSweep(this.controlPool, db, baseLog, sweepConfig, swept);
     this.scheduler = options.schedules?.length
       ? new Scheduler({
           ...control,
