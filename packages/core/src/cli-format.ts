@@ -189,6 +189,10 @@ function stepDetail(s: StepInfo, now: Date): string {
   const error = last
     ? truncate(`[${last.kind}] ${last.message}`.replace(/\s*\n\s*/g, ' '), 100)
     : undefined;
+  if (s.waitFor !== null) {
+    const waits = waitDetail(s, now);
+    if (waits !== undefined) return waits;
+  }
   switch (s.state) {
     case 'running':
       return `held by ${s.leaseOwner ?? '?'}, lease until ${iso(s.leaseExpiresAt)}`;
@@ -204,6 +208,33 @@ function stepDetail(s: StepInfo, now: Date): string {
     default:
       // completed (earlier errors are history), pending, available
       return '-';
+  }
+}
+
+/**
+ * The DETAIL cell of a wait node that waits, or will: the signal's name and its deadline (its
+ * `scheduledAt` is the deadline, or ten years ahead without one, which would mislead); undefined
+ * for a state the common cell describes (running, retryable, finished).
+ */
+function waitDetail(s: StepInfo, now: Date): string | undefined {
+  // Quoted; JSON-escaped when it holds more than word characters, so the cell stays one line.
+  const w = String(s.waitFor);
+  const name = `signal ${/^[\w.:@/-]+$/.test(w) ? `'${w}'` : JSON.stringify(w)}`;
+  const until = s.waitDeadline
+    ? ` until ${iso(s.waitDeadline)}${fromNow(s.waitDeadline, now)}`
+    : '';
+  switch (s.state) {
+    case 'pending':
+      return `will wait for ${name}`;
+    case 'available':
+      return `waits for ${name}${until}`;
+    case 'scheduled':
+      // Not claimed yet: the root of a delayed run, which starts waiting at its run's start.
+      return s.startedAt === null
+        ? `due ${iso(s.scheduledAt)}${fromNow(s.scheduledAt, now)}, then waits for ${name}${until}`
+        : `waiting for ${name}${until}`;
+    default:
+      return undefined;
   }
 }
 

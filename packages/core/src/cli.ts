@@ -283,16 +283,20 @@ export async function main(argv: readonly string[], io: Partial<CliIo> = {}): Pr
         cmd: Command,
       ) => {
         await withClient(cmd, async (client) => {
-          const { accepted } = await client.signal(runId, name, opts.data ?? null);
+          const { accepted, waitingNodes } = await client.signal(runId, name, opts.data ?? null);
           if (opts.json) {
-            print(JSON.stringify({ runId, signal: name, accepted }));
+            print(JSON.stringify({ runId, signal: name, accepted, waitingNodes }));
             return;
           }
           // A name may hold spaces or line breaks; quoted then, so the answer stays one line.
           const shownName = /^[\w.:@/-]+$/.test(name) ? name : JSON.stringify(name);
+          // A typo is stored like any signal; say so, or the operator waits for nothing.
+          const unheard = waitingNodes.length
+            ? ''
+            : ` (no node of run ${runId} waits for signal ${JSON.stringify(name)}; stored anyway)`;
           print(
             accepted
-              ? `signal ${shownName} accepted for run ${runId}`
+              ? `signal ${shownName} accepted for run ${runId}${unheard}`
               : `signal ${shownName} for run ${runId} was already sent; this one changed nothing`,
           );
         });

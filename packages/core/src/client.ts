@@ -350,8 +350,9 @@ export class Client {
    * Sends signal `name` to run `runId` with `payload` (JSON, within `maxPayloadBytes`). Stored
    * durably whatever the run's progress: a wait node of that name completes with the payload as
    * its output, now if it is waiting, or when it is reached. The first signal of a name per run
-   * stands; a later one is `accepted: false` and changes nothing. With `{ tx }`, inside the
-   * caller's transaction.
+   * stands; a later one is `accepted: false` and changes nothing. `waitingNodes` names the
+   * run's wait nodes of that name not yet finished (empty: none waits for it, a misspelt name
+   * perhaps; it is stored anyway). With `{ tx }`, inside the caller's transaction.
    * @throws InvalidSignalError (a bad name or payload), RunNotFoundError, InvalidStateError (the
    *   run is finished); nothing is written then.
    */

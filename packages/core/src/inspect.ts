@@ -131,6 +131,8 @@ function toStep(r: any, after: ReadonlyMap<string, string[]>): StepInfo {
     concurrencyKey: r.concurrency_key ?? null,
     rateLimitKey: r.rate_limit_key ?? null,
     priority: r.priority ?? 0,
+    waitFor: r.wait_for ?? null,
+    waitDeadline: r.wait_deadline ?? null,
     after: after.get(r.node) ?? [],
   };
 }

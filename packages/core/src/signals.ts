@@ -19,9 +19,17 @@ export interface SignalOptions {
   tx?: Tx;
 }
 
-/** Result of `Client.signal`: false when the run had a signal of that name already. */
+/** Result of `Client.signal`. */
 export interface SignalResult {
+  /** False when the run had a signal of that name already (the first one stands). */
   accepted: boolean;
+  /**
+   * The run's wait nodes of this name that wait, or will wait, for it (not yet finished), by
+   * name. Empty when none does — a misspelt name, a node removed from the workflow, or a wait
+   * node that has already completed or timed out: the signal is stored all the same and changes
+   * nothing.
+   */
+  waitingNodes: string[];
 }
 
 /** What sending a signal needs of the client: its database handle and payload limit. */
@@ -74,7 +82,7 @@ export async function signal(
       `run ${runId} is ${r.run_state}; a signal is only taken by a running run`,
     );
   }
-  return { accepted: r.accepted };
+  return { accepted: r.accepted, waitingNodes: r.waiting };
 }
 
 /**

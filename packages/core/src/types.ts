@@ -97,6 +97,17 @@ export interface StepInfo {
   /** The run's priority (-1000 to 1000, higher claimed first; default 0). */
   priority: number;
   /**
+   * A wait node's signal name (its `waitFor`; its `action` is `$wait`); null for an action node.
+   * `client.signal(runId, waitFor)` is what completes it.
+   */
+  waitFor: string | null;
+  /**
+   * A wait node's deadline, fixed when it is reached (its `timeoutMs` then): after it, the node
+   * completes with `{ timedOut: true }`. Null for an action node, a wait node without
+   * `timeoutMs`, and one whose upstream nodes have not all completed.
+   */
+  waitDeadline: Date | null;
+  /**
    * The node's direct upstream nodes, sorted by name. Derived from the stored DAG in the step
    * rows `getRun` reads anyway (each row's downstream nodes, inverted), so it costs no query.
    */

@@ -4,6 +4,7 @@
  * or already sent), 1 with one line for an unknown or finished run and a bad name or payload, 2
  * on bad usage (bad JSON in --data); nothing is written when it fails.
  */
+import { waitFor } from '@cyclone/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { main } from '../src/cli.js';
 import { Client, newAction, newWorkflow, Worker } from '../src/index.js';
@@ -97,7 +98,12 @@ describe('cyclone signal', () => {
     const { runId } = await client.submit(Idle, {});
     const first = await cli('signal', runId, 'approved', '--json');
     expect(first).toMatchObject({ code: 0, stderr: '' });
-    expect(JSON.parse(first.stdout)).toEqual({ runId, signal: 'approved', accepted: true });
+    expect(JSON.parse(first.stdout)).toEqual({
+      runId,
+      signal: 'approved',
+      accepted: true,
+      waitingNodes: ['approval'],
+    });
 
     const again = await cli('signal', runId, 'approved', '--data', '"again"');
     expect(again).toEqual({
@@ -106,7 +112,12 @@ describe('cyclone signal', () => {
       stderr: '',
     });
     const againJson = await cli('signal', runId, 'approved', '--data', '1', '--json');
-    expect(JSON.parse(againJson.stdout)).toEqual({ runId, signal: 'approved', accepted: false });
+    expect(JSON.parse(againJson.stdout)).toEqual({
+      runId,
+      signal: 'approved',
+      accepted: false,
+      waitingNodes: ['approval'],
+    });
     // Without --data the payload is null; the first signal stands.
     expect(await signalsOf(runId)).toEqual([{ name: 'approved', payload: null }]);
 
@@ -114,10 +125,62 @@ describe('cyclone signal', () => {
     const odd = await cli('signal', runId, 'two words\nand a line', '--data', '[1,"x",null]');
     expect(odd).toEqual({
       code: 0,
-      stdout: `signal "two words\\nand a line" accepted for run ${runId}\n`,
+      stdout: `signal "two words\\nand a line" accepted for run ${runId} (no node of run ${runId} waits for signal "two words\\nand a line"; stored anyway)\n`,
       stderr: '',
     });
     await client.cancel(runId);
+  });
+
+  it('run shows the signal a wait node waits for; a signal no node waits for is stored, and said so', async () => {
+    const runId = await waitingRun();
+    // The worker claims the wait node, which parks until its signal or its deadline (60 s).
+    const parked = await waitFor('the wait node parked', async () => {
+      const run = await client.getRun(runId);
+      const a = run.steps.find((s) => s.node === 'approval');
+      return a?.state === 'scheduled' && a.startedAt !== null ? a : undefined;
+    });
+    expect(parked).toMatchObject({ action: '$wait', waitFor: 'approved' });
+    expect(parked.waitDeadline).toBeInstanceOf(Date);
+    const line = (out: string, node: string) =>
+      out.split('\n').find((l) => l.startsWith(`${node} `)) ?? '';
+    const table = await cli('run', runId);
+    expect(line(table.stdout, 'approval')).toMatch(
+      /scheduled +1\/26 +- +waiting for signal 'approved' until \d{4}-\d\d-\d\dT[\d:.]+Z \(in \d+s\)$/,
+    );
+    expect(line(table.stdout, 'ship')).toMatch(/pending +0\/\d+ +approval +-$/);
+    const json = JSON.parse((await cli('run', runId, '--json')).stdout);
+    expect(json.steps[0]).toMatchObject({ node: 'approval', waitFor: 'approved' });
+    expect(json.steps[0].waitDeadline).toBe(parked.waitDeadline?.toISOString());
+    expect(json.steps[1]).toMatchObject({ node: 'ship', waitFor: null, waitDeadline: null });
+
+    // A misspelt name: stored (signals are, whatever the run's progress), and the line says so.
+    const typo = await cli('signal', runId, 'approvd');
+    expect(typo).toEqual({
+      code: 0,
+      stdout: `signal approvd accepted for run ${runId} (no node of run ${runId} waits for signal "approvd"; stored anyway)\n`,
+      stderr: '',
+    });
+    const typoJson = await cli('signal', runId, 'approvd2', '--json');
+    expect(JSON.parse(typoJson.stdout)).toEqual({
+      runId,
+      signal: 'approvd2',
+      accepted: true,
+      waitingNodes: [],
+    });
+    expect((await client.getRun(runId)).state).toBe('running');
+    expect(await client.signal(runId, 'approved')).toEqual({
+      accepted: true,
+      waitingNodes: ['approval'],
+    });
+    await client.waitForRun(runId, { timeoutMs: 20_000, pollMs: 20 });
+
+    // Not claimed (no worker runs this workflow) and without timeoutMs: no "until".
+    const Idle = newWorkflow('cli_sig_idle_run', { nodes: { approval: { waitFor: 'approved' } } });
+    const idle = (await client.submit(Idle, {})).runId;
+    expect(line((await cli('run', idle)).stdout, 'approval')).toMatch(
+      /available +0\/25 +- +waits for signal 'approved'$/,
+    );
+    await client.cancel(idle);
   });
 
   it('exit 1 with one line: unknown run, finished run, bad name, bad payload; nothing written', async () => {

@@ -141,7 +141,10 @@ describe('signals and wait nodes', () => {
     await expect
       .poll(async () => stateOf(await client.getRun(runId), 'approval')?.state, { timeout: 5_000 })
       .toBe('scheduled');
-    expect(await client.signal(runId, 'approved', { by: 'alice' })).toEqual({ accepted: true });
+    expect(await client.signal(runId, 'approved', { by: 'alice' })).toEqual({
+      accepted: true,
+      waitingNodes: ['approval'],
+    });
     const run = await client.waitForRun(runId, { timeoutMs: 10_000, pollMs: 50 });
     expect(run.state).toBe('completed');
     expect(stateOf(run, 'approval')?.output).toEqual({ by: 'alice' });
@@ -159,8 +162,14 @@ describe('signals and wait nodes', () => {
       open = r;
     });
     const { runId } = await client.submit(Early, {});
-    expect(await client.signal(runId, 'approved', { n: 1 })).toEqual({ accepted: true });
-    expect(await client.signal(runId, 'approved', { n: 2 })).toEqual({ accepted: false });
+    expect(await client.signal(runId, 'approved', { n: 1 })).toEqual({
+      accepted: true,
+      waitingNodes: ['approval'],
+    });
+    expect(await client.signal(runId, 'approved', { n: 2 })).toEqual({
+      accepted: false,
+      waitingNodes: ['approval'],
+    });
     open();
     const run = await client.waitForRun(runId, { timeoutMs: 10_000, pollMs: 50 });
     expect(run.state).toBe('completed');
@@ -190,7 +199,10 @@ describe('signals and wait nodes', () => {
       .toBe('scheduled');
     expect(worker.running).toBe(0);
     await worker.stop({ graceMs: 1_000 });
-    expect(await client.signal(runId, 'approved', { by: 'carol' })).toEqual({ accepted: true });
+    expect(await client.signal(runId, 'approved', { by: 'carol' })).toEqual({
+      accepted: true,
+      waitingNodes: ['approval'],
+    });
     worker = new Worker({ client, workflows: ALL, concurrency: 10, pollIntervalMs: 200 });
     await worker.start();
     const run = await client.waitForRun(runId, { timeoutMs: 10_000, pollMs: 50 });
@@ -232,7 +244,10 @@ describe('signals and wait nodes', () => {
     const c = await client.pool.connect();
     try {
       await c.query('BEGIN');
-      expect(await client.signal(runId, 'approved', {}, { tx: c })).toEqual({ accepted: true });
+      expect(await client.signal(runId, 'approved', {}, { tx: c })).toEqual({
+        accepted: true,
+        waitingNodes: ['approval'],
+      });
       await c.query('ROLLBACK');
     } finally {
       c.release();
@@ -263,7 +278,10 @@ describe('signals and wait nodes', () => {
 describe('signals and delayed runs', () => {
   it('an early signal does not start a delayed run whose root is a wait node', async () => {
     const { runId } = await client.submit(RootWait, {}, { delayMs: 1_500 });
-    expect(await client.signal(runId, 'approved', { ok: 1 })).toEqual({ accepted: true });
+    expect(await client.signal(runId, 'approved', { ok: 1 })).toEqual({
+      accepted: true,
+      waitingNodes: ['approval'],
+    });
     const run = await client.waitForRun(runId, { timeoutMs: 10_000, pollMs: 50 });
     const approval = stateOf(run, 'approval');
     expect(approval?.output).toEqual({ ok: 1 });

@@ -15,13 +15,13 @@ export const lockRunForSignalSql = (s: string) =>
   `SELECT state FROM ${s}.cyclone_runs WHERE id = $1 FOR KEY SHARE`;
 
 /**
- * Then locks run $1's wait steps for signal $2. A wait step resolving takes the same lock first,
- * so a signal and a resolution are ordered by it: the one that locks second sees what the first
- * committed, and a signal stored after a timeout was decided bears a later time than the
- * decision.
+ * Then locks run $1's wait steps for signal $2, and reads their states (which of them still
+ * wait). A wait step resolving takes the same lock first, so a signal and a resolution are
+ * ordered by it: the one that locks second sees what the first committed, and a signal stored
+ * after a timeout was decided bears a later time than the decision.
  */
 export const lockWaitStepsSql = (s: string) =>
-  `SELECT node FROM ${s}.cyclone_steps WHERE run_id = $1 AND wait_for = $2 ORDER BY node FOR UPDATE`;
+  `SELECT node, state FROM ${s}.cyclone_steps WHERE run_id = $1 AND wait_for = $2 ORDER BY node FOR UPDATE`;
 
 /**
  * Stores signal $2 with payload $3 for run $1 while the run is `running`, unless the run has a
@@ -90,7 +90,12 @@ const selectWaitOutcomeStatement = defineStatement(
 export interface InsertedSignal {
   run_state: string | null;
   accepted: boolean;
+  /** The run's unfinished wait nodes of the signal's name, read under their row locks. */
+  waiting: string[];
 }
+
+/** Step states of a wait node that still waits, or will: the ones a signal marks. */
+const UNFINISHED = new Set(['pending', 'available', 'scheduled', 'running', 'retryable']);
 
 /**
  * Stores a signal; see `lockRunForSignalSql`, `lockWaitStepsSql` and `insertSignalSql`, in that
@@ -102,15 +107,22 @@ export async function insertSignal(
   p: { runId: string; name: string; payload: string },
 ): Promise<InsertedSignal> {
   const run = await send<{ state: string }>(on, lockRunForSignalStatement(db), [p.runId], true);
-  if (!run.rows[0]) return { run_state: null, accepted: false };
-  await send(on, lockWaitStepsStatement(db), [p.runId, p.name], true);
-  const { rows } = await send<InsertedSignal>(
+  if (!run.rows[0]) return { run_state: null, accepted: false, waiting: [] };
+  const steps = await send<{ node: string; state: string }>(
+    on,
+    lockWaitStepsStatement(db),
+    [p.runId, p.name],
+    true,
+  );
+  const waiting = steps.rows.filter((r) => UNFINISHED.has(r.state)).map((r) => r.node);
+  const { rows } = await send<Omit<InsertedSignal, 'waiting'>>(
     on,
     insertSignalStatement(db),
     [p.runId, p.name, p.payload, db.channel],
     true,
   );
-  return rows[0] ?? { run_state: null, accepted: false };
+  const r = rows[0] ?? { run_state: null, accepted: false };
+  return { run_state: r.run_state, accepted: r.accepted, waiting };
 }
 
 /** What a wait step resolves to now; see `selectWaitOutcomeSql`. */
