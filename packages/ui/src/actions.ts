@@ -83,7 +83,13 @@ export class Actions {
     const result = await this.audited({ user, action: 'signal', runId, signal: name }, () =>
       this.client.signal(runId, name, payload),
     );
-    return { runId, name, accepted: result.accepted, notice: RETRY_NOTICE };
+    return {
+      runId,
+      name,
+      accepted: result.accepted,
+      waitingNodes: result.waitingNodes,
+      notice: RETRY_NOTICE,
+    };
   }
 
   /** `client.pauseSchedule` / `resumeSchedule` / `triggerSchedule`. */

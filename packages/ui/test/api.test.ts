@@ -418,7 +418,10 @@ describe('signals and schedules', () => {
       name: 'approved',
       payload: { by: 'ada' },
     });
-    expect(sent).toMatchObject({ status: 200, body: { runId, name: 'approved', accepted: true } });
+    expect(sent).toMatchObject({
+      status: 200,
+      body: { runId, name: 'approved', accepted: true, waitingNodes: ['approve'] },
+    });
     const run = await f.client.waitForRun(runId, { timeoutMs: 30_000 });
     expect(run.state).toBe('completed');
     expect(run.steps.find((s) => s.node === 'approve')?.output).toEqual({ by: 'ada' });

@@ -401,6 +401,8 @@ export interface SignalResponse {
   runId: string;
   name: string;
   accepted: boolean;
+  /** The run's wait nodes of that name not yet finished; empty: none waits for it (stored anyway). */
+  waitingNodes: string[];
   notice: string;
 }
 

@@ -629,8 +629,34 @@ describe(`the operator pages in Chromium under ${BASE}`, { timeout: 120_000 }, (
     await page.close();
   });
 
+  it('shows the signal a wait node waits for on its card and in its panel', async () => {
+    const page = await newPage();
+    await page.goto(`${main.root}/runs/${approvalId}/nodes/approve`);
+    const card = page.locator('[data-testid="dag-node-approve"]');
+    await card.waitFor();
+    await expect(card.locator('.dag-node-title').textContent()).resolves.toContain(
+      'signal approved',
+    );
+    await expect(card.locator('[data-testid=wait-for]').textContent()).resolves.toBe(
+      'waiting for approved',
+    );
+    // The panel names the signal and when the wait times out (timeoutMs: an hour).
+    const panel = page.locator('[data-testid=panel-wait-for]');
+    await panel.waitFor();
+    await expect(panel.textContent()).resolves.toMatch(/^approved · times out at /);
+    await screenshot(page, 'run-wait-node');
+    await page.close();
+  });
+
   it('sends a signal from the signals page', async () => {
     const page = await newPage();
+    // A name no node waits for is stored, and the answer says so.
+    await page.goto(`${main.root}/signals?run=${approvalId}`);
+    await page.fill('[data-testid=signal-name]', 'approvd');
+    await page.click('[data-testid=signal-send]');
+    await expect(page.locator('[data-testid=signal-unheard]').textContent()).resolves.toContain(
+      'No node of this run waits for “approvd”',
+    );
     await page.goto(`${main.root}/signals?run=${approvalId}`);
     await page.fill('[data-testid=signal-name]', 'approved');
     await page.fill('[data-testid=signal-payload]', '{ "by": "alice" }');
@@ -639,6 +665,7 @@ describe(`the operator pages in Chromium under ${BASE}`, { timeout: 120_000 }, (
     await expect(page.locator('[data-testid=signal-result]').textContent()).resolves.toContain(
       'accepted',
     );
+    expect(await page.locator('[data-testid=signal-unheard]').count()).toBe(0);
     await client.waitForRun(approvalId, { timeoutMs: RUN_MS });
     expect(await runState(approvalId)).toBe('completed');
     await page.close();

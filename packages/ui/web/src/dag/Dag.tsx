@@ -1,7 +1,8 @@
 /**
  * A run's DAG (loaded lazily: @xyflow/react and dagre stay out of the first page load). Nodes are
  * laid out top to bottom by dagre, once per set of nodes and edges; each card shows the node, its
- * action, its state (icon + word + colour), attempt n/max, duration or what it waits for, and
+ * action (a wait node: its signal's name), its state (icon + word + colour), attempt n/max,
+ * duration or what it waits for (upstream nodes, a signal), and
  * badges for errors and for the ledger's provider calls (a red one for an unknown outcome).
  * Clicking a card opens the node panel.
  */
@@ -30,8 +31,22 @@ const H = 92;
 
 type StepNode = Node<{ step: StepSummary; selected: boolean }, 'step'>;
 
+/** States in which a wait node waits for its signal (it is reached and not finished). */
+const WAITING = new Set(['available', 'scheduled', 'running', 'retryable']);
+
 function Detail({ step }: { step: StepSummary }) {
   if (step.state === 'pending') return <span>waiting for {step.depsRemaining} upstream</span>;
+  if (step.waitFor !== null && WAITING.has(step.state)) {
+    return (
+      <span
+        className="ellipsis"
+        data-testid="wait-for"
+        title={`waiting for signal ${step.waitFor}`}
+      >
+        waiting for <span className="mono">{step.waitFor}</span>
+      </span>
+    );
+  }
   const d = stepDuration(step);
   return <span>{d == null ? '—' : formatDuration(d)}</span>;
 }
@@ -49,7 +64,13 @@ const StepCard = memo(function StepCard({ data }: NodeProps<StepNode>) {
       <Handle type="target" position={Position.Top} isConnectable={false} />
       <div className="dag-node-title">
         <strong>{step.node}</strong>
-        <span className="muted small">{step.action}</span>
+        {/* A wait node's action is always $wait: its signal's name tells it apart. */}
+        <span
+          className="muted small ellipsis"
+          title={step.waitFor === null ? step.action : `waits for signal ${step.waitFor}`}
+        >
+          {step.waitFor === null ? step.action : `signal ${step.waitFor}`}
+        </span>
       </div>
       <div className="dag-node-row">
         <StateBadge state={step.state} />

@@ -170,6 +170,21 @@ export function NodePanel({
           ) : null}
           <dl className="fields">
             <Field label="Action">{s.action}</Field>
+            {s.waitFor !== null ? (
+              <Field label="Signal">
+                <span data-testid="panel-wait-for">
+                  <span className="mono">{s.waitFor}</span>
+                  {s.waitDeadline ? (
+                    <>
+                      {' '}
+                      · times out at <Time iso={s.waitDeadline} />
+                    </>
+                  ) : (
+                    ' · no timeout'
+                  )}
+                </span>
+              </Field>
+            ) : null}
             <Field label="Attempt">
               {s.attempt} of {s.maxAttempts}
               {s.snoozes > 0 ? ` · ${s.snoozes} snoozes` : ''}

@@ -74,7 +74,7 @@ function StepList({
               <td className="mono">
                 <Link href={`/runs/${seg(runId)}/nodes/${seg(s.node)}`}>{s.node}</Link>
               </td>
-              <td>{s.action}</td>
+              <td>{s.waitFor === null ? s.action : `${s.action} (signal ${s.waitFor})`}</td>
               <td>
                 <StateBadge state={s.state} />
               </td>

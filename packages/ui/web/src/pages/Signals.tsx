@@ -103,6 +103,12 @@ export function Signals() {
               {send.data.accepted
                 ? `Signal “${send.data.name}” accepted.`
                 : `Signal “${send.data.name}” not accepted: the run already had one of that name.`}{' '}
+              {send.data.accepted && send.data.waitingNodes.length === 0 ? (
+                <span data-testid="signal-unheard">
+                  No node of this run waits for “{send.data.name}” (a misspelt name, or its wait
+                  node has finished); it is stored anyway.{' '}
+                </span>
+              ) : null}
               <Link href={`/runs/${seg(send.data.runId)}`}>Open the run</Link>
             </p>
           ) : null}
