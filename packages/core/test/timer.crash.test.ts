@@ -195,6 +195,7 @@ describe.skipIf(unavailable !== undefined)(
       for (const runId of waitIds.slice(0, RUNS / 2)) {
         expect(await client.signal(runId, 'go', { runId, when: 'before restart' })).toEqual({
           accepted: true,
+          waitingNodes: ['w'],
         });
       }
       await client.close();
@@ -225,6 +226,7 @@ describe.skipIf(unavailable !== undefined)(
       for (const runId of waitIds.slice(RUNS / 2)) {
         expect(await client.signal(runId, 'go', { runId, when: 'after restart' })).toEqual({
           accepted: true,
+          waitingNodes: ['w'],
         });
       }
       const fresh = await spawnTimerWorkers('fresh');
