@@ -181,6 +181,20 @@ describe('cyclone signal', () => {
       /available +0\/25 +- +waits for signal 'approved'$/,
     );
     await client.cancel(idle);
+    // Before it is reached: its upstream node has not run, or its delayed run has not started.
+    const Later = newWorkflow('cli_sig_idle_later', {
+      nodes: { first: { action: Ship }, approval: { waitFor: 'approved', after: ['first'] } },
+    });
+    const later = (await client.submit(Later, {})).runId;
+    expect(line((await cli('run', later)).stdout, 'approval')).toMatch(
+      /pending +0\/25 +first +will wait for signal 'approved'$/,
+    );
+    const delayed = (await client.submit(Idle, {}, { delayMs: 600_000 })).runId;
+    expect(line((await cli('run', delayed)).stdout, 'approval')).toMatch(
+      /scheduled +0\/25 +- +due \S+Z \(in 10m\), then waits for signal 'approved'$/,
+    );
+    await client.cancel(later);
+    await client.cancel(delayed);
   });
 
   it('exit 1 with one line: unknown run, finished run, bad name, bad payload; nothing written', async () => {
