@@ -200,15 +200,7 @@ export class Registry {
   }
 
   private restore(taken: Map<string, ThroughputCount>): void {
-    for (const [key, c] of taken) {
-      const now = this.counts.get(key);
-      if (now === undefined) this.counts.set(key, c);
-      else {
-        now.completed += c.completed;
-        now.failed += c.failed;
-        now.discarded += c.discarded;
-      }
-    }
+    addCounts(this.counts, taken);
   }
 
   private async send(): Promise<RegistryResult> {
@@ -245,6 +237,22 @@ export class Registry {
         { err: String(err), connection: isConnectionError(err) },
         'worker registry refresh failed; will retry',
       );
+    }
+  }
+}
+
+/**
+ * Adds the counts of `from` into `into`, by key (minute and workflow); a key new to `into` gets a
+ * copy, so `from`'s counts are never changed through it.
+ */
+function addCounts(into: Map<string, ThroughputCount>, from: Map<string, ThroughputCount>): void {
+  for (const [key, c] of from) {
+    const now = into.get(key);
+    if (now === undefined) into.set(key, { ...c });
+    else {
+      now.completed += c.completed;
+      now.failed += c.failed;
+      now.discarded += c.discarded;
     }
   }
 }
@@ -333,17 +341,7 @@ export class RegistryGroup {
     if (this.members.size === 0) return;
     const parts = [...this.members].map((m) => ({ m, ...m.member() }));
     const sum = new Map<string, ThroughputCount>();
-    for (const { taken } of parts) {
-      for (const [key, c] of taken) {
-        const s = sum.get(key);
-        if (s === undefined) sum.set(key, { ...c });
-        else {
-          s.completed += c.completed;
-          s.failed += c.failed;
-          s.discarded += c.discarded;
-        }
-      }
-    }
+    for (const { taken } of parts) addCounts(sum, taken);
     // One row per id: an upsert cannot touch a row twice, and two workers given one id share it.
     const rows = new Map<string, WorkersReport['workers'][number]>();
     for (const { worker } of parts) {

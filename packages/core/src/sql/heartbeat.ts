@@ -5,9 +5,9 @@ import { defineStatement, type Queryable, type SqlScope, send } from './statemen
  * Extends the leases of a worker's in-flight steps in one statement (every lease/3), including
  * steps whose handler returned and whose outcome waits to be recorded; or of several workers'
  * steps (workers on one caller-given pool), each step with its own owner. Only rows still
- * `running` at the same attempt and owned by that step's owner ($4[i]) are extended. Rows locked right now are skipped, not
- * waited for (`SKIP LOCKED`): a completion batch blocked on one run's row lock must not hold up
- * the heartbeat of every other step. A skipped row still `running` under our attempt (as of this
+ * `running` at the same attempt and owned by that step's owner ($4[i]) are extended. Rows locked
+ * right now are skipped, not waited for (`SKIP LOCKED`): a completion batch blocked on one run's
+ * row lock must not hold up the heartbeat of every other step. A skipped row still `running` under our attempt (as of this
  * statement) counts as held: whoever holds its lock (our own completion, or a sweep that
  * will tell the next heartbeat) decides it. The rows returned are the leases still held; the
  * others were lost. $1 run_ids, $2 nodes, $3 attempts, $4 owners (text[], one per step), $5

@@ -205,6 +205,17 @@ const removeStatement = defineStatement('remove_worker', removeWorkerSql, false)
 const listStatement = defineStatement('list_workers', listWorkersSql, false);
 const throughputStatement = defineStatement('throughput', throughputSql, false);
 
+/** The five arrays of `countedSql`'s parameters: minutes, workflows, completed, failed, discarded. */
+function countParams(counts: readonly ThroughputCount[]) {
+  return [
+    counts.map((c) => new Date(c.minute)),
+    counts.map((c) => c.workflow),
+    counts.map((c) => c.completed),
+    counts.map((c) => c.failed),
+    counts.map((c) => c.discarded),
+  ] as const;
+}
+
 /** Sends a worker's report. @returns how many stale worker rows were deleted. */
 export async function reportWorker(on: Queryable, db: SqlScope, r: WorkerReport): Promise<number> {
   const { rows } = await send<{ pruned: number }>(on, reportStatement(db), [
@@ -216,11 +227,7 @@ export async function reportWorker(on: Queryable, db: SqlScope, r: WorkerReport)
     r.inFlight,
     r.workflows,
     r.staleAfterMs,
-    r.counts.map((c) => new Date(c.minute)),
-    r.counts.map((c) => c.workflow),
-    r.counts.map((c) => c.completed),
-    r.counts.map((c) => c.failed),
-    r.counts.map((c) => c.discarded),
+    ...countParams(r.counts),
     r.keepThroughputMs,
     r.starting,
   ]);
@@ -246,11 +253,7 @@ export async function reportWorkers(
     r.version,
     r.workers.filter((w) => w.starting).map((w) => w.workerId),
     r.staleAfterMs,
-    r.counts.map((c) => new Date(c.minute)),
-    r.counts.map((c) => c.workflow),
-    r.counts.map((c) => c.completed),
-    r.counts.map((c) => c.failed),
-    r.counts.map((c) => c.discarded),
+    ...countParams(r.counts),
     r.keepThroughputMs,
   ]);
   return rows[0]?.pruned ?? 0;
