@@ -25,8 +25,6 @@ export interface BatchEntry {
   reject: ((err: unknown) => void) | undefined;
 }
 
-type Pending = BatchEntry;
-
 /** The entry whose promise `add` is making: one executor for all of them, not a closure each. */
 let adding: BatchEntry | undefined;
 function keepResolvers(resolve: (done: 0 | 1) => void, reject: (err: unknown) => void): void {
@@ -37,7 +35,7 @@ function keepResolvers(resolve: (done: 0 | 1) => void, reject: (err: unknown) =>
 
 /** Batches fenced completions; see the module comment. */
 export class CompletionBatcher {
-  private queue: Pending[] = [];
+  private queue: BatchEntry[] = [];
   private flushing = false;
 
   /**
@@ -74,7 +72,7 @@ export class CompletionBatcher {
     return p;
   }
 
-  private async send(batch: Pending[]): Promise<void> {
+  private async send(batch: BatchEntry[]): Promise<void> {
     const only = batch.length === 1 ? batch[0] : undefined;
     // A batch of one (an idle worker completes at once) goes in the form PostgreSQL plans once.
     const rows = only
@@ -116,14 +114,14 @@ export class CompletionBatcher {
 }
 
 /** Resolves an entry's promise, dropping its resolvers (the entry may be added again). */
-function settle(p: Pending, done: 0 | 1): void {
+function settle(p: BatchEntry, done: 0 | 1): void {
   const r = p.resolve;
   p.resolve = p.reject = undefined;
   r?.(done);
 }
 
 /** Rejects an entry's promise, dropping its resolvers. */
-function fail(p: Pending, err: unknown): void {
+function fail(p: BatchEntry, err: unknown): void {
   const r = p.reject;
   p.resolve = p.reject = undefined;
   r?.(err);
