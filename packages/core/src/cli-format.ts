@@ -217,9 +217,7 @@ function stepDetail(s: StepInfo, now: Date): string {
  * for a state the common cell describes (running, retryable, finished).
  */
 function waitDetail(s: StepInfo, now: Date): string | undefined {
-  // Quoted; JSON-escaped when it holds more than word characters, so the cell stays one line.
-  const w = String(s.waitFor);
-  const name = `signal ${/^[\w.:@/-]+$/.test(w) ? `'${w}'` : JSON.stringify(w)}`;
+  const name = `signal ${showName(String(s.waitFor), "'")}`;
   const until = s.waitDeadline
     ? ` until ${iso(s.waitDeadline)}${fromNow(s.waitDeadline, now)}`
     : '';
@@ -236,6 +234,14 @@ function waitDetail(s: StepInfo, now: Date): string | undefined {
     default:
       return undefined;
   }
+}
+
+/**
+ * A name as the CLI prints it on one line: as it is (between `quote`s) when it holds only word
+ * characters and `.:@/-`, else JSON-escaped, so that spaces or line breaks cannot break the line.
+ */
+export function showName(name: string, quote = ''): string {
+  return /^[\w.:@/-]+$/.test(name) ? `${quote}${name}${quote}` : JSON.stringify(name);
 }
 
 /** ` (in 12s)` for a time ahead of `now`, ` (due)` for one reached; empty without a time. */

@@ -29,6 +29,7 @@ import {
   parseLimit,
   parseMaxRuns,
   parsePort,
+  showName,
 } from './cli-format.js';
 import { Client } from './client.js';
 import {
@@ -288,8 +289,7 @@ export async function main(argv: readonly string[], io: Partial<CliIo> = {}): Pr
             print(JSON.stringify({ runId, signal: name, accepted, waitingNodes }));
             return;
           }
-          // A name may hold spaces or line breaks; quoted then, so the answer stays one line.
-          const shownName = /^[\w.:@/-]+$/.test(name) ? name : JSON.stringify(name);
+          const shownName = showName(name);
           // A typo is stored like any signal; say so, or the operator waits for nothing.
           const unheard = waitingNodes.length
             ? ''
