@@ -4,7 +4,7 @@
  * Runs Cyclone, graphile-worker and pg-boss on the same PostgreSQL (DATABASE_URL, default
  * postgres://root@127.0.0.1:5432/test), each run in a fresh database created and dropped here,
  * systems alternating, and prints a markdown report that is also written to
- * bench/results/<date>-<mode>.md. See bench/README.md.
+ * bench/results/<date>-<mode>.md (<date>-<mode>-only-<rows>.md with --only). See bench/README.md.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
@@ -279,7 +279,9 @@ await admin.close();
 process.stdout.write(`${report}\n`);
 const dir = resolve(dirname(fileURLToPath(import.meta.url)), '../results');
 mkdirSync(dir, { recursive: true });
-const file = resolve(dir, `${startedAt.toISOString().slice(0, 10)}-${mode.name}.md`);
+// A run of some rows (`--only`) gets a name of its own, so it never replaces a whole run's file.
+const part = args.only ? `-only-${[...(only ?? [])].join('-')}` : '';
+const file = resolve(dir, `${startedAt.toISOString().slice(0, 10)}-${mode.name}${part}.md`);
 writeFileSync(file, report);
 log(`written to ${file}`);
 
