@@ -44,6 +44,32 @@ export function timezoneProblem(timezone: unknown): string | undefined {
   }
 }
 
+/** The nicknames croner expands (`@reboot`, which it names too, never fires in a worker). */
+const NICKNAMES = new Set([
+  '@yearly',
+  '@annually',
+  '@monthly',
+  '@weekly',
+  '@daily',
+  '@midnight',
+  '@hourly',
+]);
+
+/**
+ * Why `expression` (a non-empty string) does not have the shape Cyclone accepts: 5 or 6 fields,
+ * or one nickname; undefined when it has. The fields themselves are croner's to check.
+ */
+function cronFieldProblem(expression: string): string | undefined {
+  const fields = expression.trim().split(/\s+/);
+  const first = fields[0] ?? '';
+  if (first.startsWith('@')) {
+    if (fields.length === 1 && NICKNAMES.has(first.toLowerCase())) return undefined;
+    return `${fields.length === 1 ? `unknown nickname ${JSON.stringify(first)}` : 'a nickname stands alone'} (accepted: @yearly, @monthly, @weekly, @daily, @hourly)`;
+  }
+  if (fields.length === 5 || fields.length === 6) return undefined;
+  return `it has ${fields.length} field${fields.length === 1 ? '' : 's'}; a cron expression has 5 (minute hour day-of-month month day-of-week) or 6 (seconds first)${fields.length === 7 ? ', and a 7th field (a year) is not accepted' : ''}`;
+}
+
 /**
  * Compiles a 5-field (minute first) or 6-field (second first) cron expression for `timezone`.
  * Nicknames (`@daily`, `@hourly`…) are accepted; day-of-month and day-of-week combine with OR,
@@ -57,6 +83,9 @@ export function compileCron(expression: string, timezone: string): CronTimes {
   if (typeof expression !== 'string' || expression.trim() === '') {
     throw new Error(`cron must be a non-empty string, got ${JSON.stringify(expression)}`);
   }
+  // Counted here, as croner's own message ("five, six, or seven parts") offers a 7th field we refuse.
+  const fieldProblem = cronFieldProblem(expression);
+  if (fieldProblem) throw new Error(`invalid cron ${JSON.stringify(expression)}: ${fieldProblem}`);
   let cron: Cron;
   try {
     cron = new Cron(expression, {
