@@ -76,6 +76,13 @@ export interface Action<I = unknown, O = unknown> {
 /** Default number of attempts of a step (API.md). */
 export const DEFAULT_MAX_ATTEMPTS = 25;
 
+/**
+ * The most attempts an action or node may allow: a step's attempts are a 32-bit integer that a
+ * snooze and an operator's retry raise further, so a million (years of retries at the default
+ * backoff's one-hour cap) leaves them room.
+ */
+export const MAX_MAX_ATTEMPTS = 1_000_000;
+
 /** Default number of snoozes a step may take (`ActionOptions.maxSnoozes`). */
 export const DEFAULT_MAX_SNOOZES = 1000;
 
@@ -105,6 +112,11 @@ function checkName(kind: string, owner: string, name: unknown): asserts name is 
   }
 }
 
+/** True for a `maxAttempts` Cyclone can store: an integer from 1 to `MAX_MAX_ATTEMPTS`. */
+function isAttemptCount(v: unknown): v is number {
+  return typeof v === 'number' && Number.isInteger(v) && v >= 1 && v <= MAX_MAX_ATTEMPTS;
+}
+
 /**
  * Defines an action: a named handler and its options.
  * @param name plain identifier (see `NAME`), unique per worker.
@@ -120,8 +132,10 @@ export function newAction<I = unknown, O = unknown>(
   const bad = (message: string) => new WorkflowDefinitionError(name, message, 'action');
   if (typeof handler !== 'function') throw bad('handler must be a function');
   const maxAttempts = options.maxAttempts ?? DEFAULT_MAX_ATTEMPTS;
-  if (!Number.isInteger(maxAttempts) || maxAttempts < 1) {
-    throw bad(`maxAttempts must be an integer ≥ 1, got ${maxAttempts}`);
+  if (!isAttemptCount(maxAttempts)) {
+    throw bad(
+      `maxAttempts must be an integer from 1 to ${MAX_MAX_ATTEMPTS}, got ${String(maxAttempts)}`,
+    );
   }
   if (
     options.timeout !== undefined &&
@@ -451,8 +465,18 @@ export function newWorkflow<RI = unknown>(name: string, spec: WorkflowSpec<RI>):
         `node '${n}': input must be a function (run, upstream) => input`,
       );
     }
-    if (s.maxAttempts !== undefined && !(Number.isInteger(s.maxAttempts) && s.maxAttempts >= 1)) {
-      throw new WorkflowDefinitionError(name, `node '${n}': maxAttempts must be an integer ≥ 1`);
+    if (s.maxAttempts !== undefined && !isAttemptCount(s.maxAttempts)) {
+      throw new WorkflowDefinitionError(
+        name,
+        `node '${n}': maxAttempts must be an integer from 1 to ${MAX_MAX_ATTEMPTS}, got ${String(s.maxAttempts)}`,
+      );
+    }
+    // Only a wait node reads it; on an action node it would be ignored without a word.
+    if (s.waitFor === undefined && s.timeoutMs !== undefined) {
+      throw new WorkflowDefinitionError(
+        name,
+        `node '${n}': timeoutMs is a wait node's option (with waitFor); an action's time limit is newAction's timeout`,
+      );
     }
     if (
       s.delayMs !== undefined &&

@@ -153,6 +153,33 @@ describe('definition errors (thrown by newWorkflow, before anything touches the 
     definitionError(() => newWorkflow('wma', { nodes: { a: { action: noop, maxAttempts: 0 } } }));
   });
 
+  it('an out-of-range node or action option names the node, the option and its range', () => {
+    // These reached the database before: 2^31 attempts failed the submit with PostgreSQL's
+    // "out of range for type integer", and a timeoutMs on an action node was ignored.
+    const node = (spec: Record<string, unknown>) =>
+      definitionError(() => newWorkflow('wr', { nodes: { a: { action: noop, ...spec } } })).message;
+    expect(node({ delayMs: -5 })).toBe(
+      "workflow 'wr': node 'a': delayMs must be a number of ms from 0 to 316224000000 (10 years), got -5",
+    );
+    expect(node({ maxAttempts: 2 ** 31 })).toBe(
+      "workflow 'wr': node 'a': maxAttempts must be an integer from 1 to 1000000, got 2147483648",
+    );
+    expect(node({ maxAttempts: 0 })).toMatch(
+      /node 'a': maxAttempts must be an integer from 1 to 1000000, got 0$/,
+    );
+    expect(node({ timeoutMs: -1 })).toBe(
+      "workflow 'wr': node 'a': timeoutMs is a wait node's option (with waitFor); an action's time limit is newAction's timeout",
+    );
+    expect(
+      definitionError(() => newAction('ar', async () => null, { maxAttempts: 1_000_001 })).message,
+    ).toBe("action 'ar': maxAttempts must be an integer from 1 to 1000000, got 1000001");
+    // The bounds themselves are fine.
+    expect(
+      newWorkflow('wok', { nodes: { a: { action: noop, maxAttempts: 1_000_000, delayMs: 0 } } })
+        .nodes[0]?.maxAttempts,
+    ).toBe(1_000_000);
+  });
+
   it('a valid DAG is ordered topologically and knows ancestors', () => {
     const wf = newWorkflow('topo', {
       nodes: {
