@@ -418,6 +418,8 @@ class Step extends StepAbort implements StepHandle, ExecuteParts, Attempt, Conte
   readonly runId: string;
   readonly node: string;
   readonly attempt: number;
+  /** `BatchEntry.leaf`: from the claimed row. */
+  readonly leaf: boolean;
   done!: Promise<void>;
   finishing = false;
   readonly workflow: Workflow<unknown>;
@@ -442,6 +444,7 @@ class Step extends StepAbort implements StepHandle, ExecuteParts, Attempt, Conte
     this.runId = row.run_id;
     this.node = row.node;
     this.attempt = row.attempt;
+    this.leaf = row.leaf === true;
     this.workflow = parts.workflows.get(row.workflow) as Workflow<unknown>;
   }
 

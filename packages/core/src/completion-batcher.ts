@@ -18,6 +18,11 @@ export interface BatchEntry {
   readonly runId: string;
   readonly node: string;
   readonly attempt: number;
+  /**
+   * The step's node has no downstream node (the claim's `leaf`): a batch of leaves alone goes
+   * in the cheaper leaf form; one with any other step in the full form.
+   */
+  readonly leaf: boolean;
   /** The output as JSON text. */
   output: string;
   /** Set by `add`: settle the entry's promise. */
@@ -50,13 +55,20 @@ export class CompletionBatcher {
   ) {}
 
   /**
-   * Completes one step (fenced on `attempt`) with `output` (JSON text) in the next batch.
+   * Completes one step (fenced on `attempt`) with `output` (JSON text) in the next batch;
+   * `leaf` as `BatchEntry.leaf`.
    * @returns 1 when completed, 0 when the fence did not match (the lease was lost).
    * @throws the database error of the batch statement (a transient one is the caller's to retry:
    *   the statement is atomic, so nothing of the failed batch was applied).
    */
-  complete(runId: string, node: string, attempt: number, output: string): Promise<0 | 1> {
-    return this.add({ runId, node, attempt, output, resolve: undefined, reject: undefined });
+  complete(
+    runId: string,
+    node: string,
+    attempt: number,
+    output: string,
+    leaf = false,
+  ): Promise<0 | 1> {
+    return this.add({ runId, node, attempt, leaf, output, resolve: undefined, reject: undefined });
   }
 
   /**
@@ -75,6 +87,7 @@ export class CompletionBatcher {
   private async send(batch: BatchEntry[]): Promise<void> {
     const only = batch.length === 1 ? batch[0] : undefined;
     // A batch of one (an idle worker completes at once) goes in the form PostgreSQL plans once.
+    // Either statement takes the leaf form when every step is a leaf.
     const rows = only
       ? await completeStep(this.pool, this.db, only)
       : await completeSteps(this.pool, this.db, batch);

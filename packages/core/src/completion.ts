@@ -150,6 +150,7 @@ export class Completer {
               node: row.node,
               attempt: row.attempt,
               output,
+              leaf: row.leaf === true,
               idleLimitMs: this.parts.idleLimitMs,
             }),
           () => {
@@ -268,7 +269,13 @@ export class Completer {
     const { db, pool, retryDeadlineMs, counters } = this.parts;
     try {
       const rows = await retryTransient(
-        () => skipStep(pool, db, { runId: row.run_id, node: row.node, attempt: row.attempt }),
+        () =>
+          skipStep(pool, db, {
+            runId: row.run_id,
+            node: row.node,
+            attempt: row.attempt,
+            leaf: row.leaf === true,
+          }),
         { deadlineMs: retryDeadlineMs, log },
       );
       if (rows.length === 0) {

@@ -9,7 +9,12 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, newAction, newWorkflow, Worker } from '../src/index.js';
 import { claimStepsSql } from '../src/sql/claim.js';
-import { completeStepSql, completeStepsSql } from '../src/sql/complete.js';
+import {
+  completeStepLeafSql,
+  completeStepSql,
+  completeStepsLeafSql,
+  completeStepsSql,
+} from '../src/sql/complete.js';
 import { extendLeasesSql } from '../src/sql/heartbeat.js';
 import { preparedName } from '../src/sql/statement.js';
 import { sweepExpiredLeasesSql } from '../src/sql/sweep.js';
@@ -208,6 +213,13 @@ describe('plans of the prepared statements', () => {
       );
       expect(complete).toContain('cyclone_steps_pkey');
       expect(complete).not.toContain('cyclone_steps_leases');
+      const leaf = await plan(
+        'p_complete_leaf',
+        completeStepsLeafSql('cyclone'),
+        `'{}', '{}', '{}', '{}'`,
+      );
+      expect(leaf).toContain('cyclone_steps_pkey');
+      expect(leaf).not.toContain('cyclone_steps_leases');
       const beat = await plan('p_beat', extendLeasesSql('cyclone'), `'{}', '{}', '{}', '{}', 5000`);
       expect(beat).toContain('cyclone_steps_pkey');
       expect(beat).not.toContain('cyclone_steps_leases');
@@ -274,13 +286,32 @@ describe('the single-step completion', () => {
         const done = await c.query(statement, [r.run_id, r.node, r.attempt, '{"ok":true}', 'ch']);
         expect(done.rows).toHaveLength(1);
       }
-      const { rows: stats } = await c.query<{ generic_plans: string; custom_plans: string }>(
-        'SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = $1',
-        [statement.name],
-      );
-      // PostgreSQL tries five custom plans, then keeps the generic one when it is no dearer.
-      expect(Number(stats[0]?.custom_plans)).toBeLessThanOrEqual(5);
-      expect(Number(stats[0]?.generic_plans)).toBeGreaterThanOrEqual(5);
+      // The leaf form: the b steps the completions above made claimable, each a leaf.
+      const { rows: leaves } = await c.query<{
+        run_id: string;
+        node: string;
+        attempt: number;
+        leaf: boolean;
+      }>(claimStepsSql('"cyclone"'), [['prepared_flow'], 10, 'w', 60_000, ['prepared_flow/b']]);
+      expect(leaves).toHaveLength(10);
+      const leafStatement = {
+        name: preparedName('complete_step_leaf', completeStepLeafSql('"cyclone"')),
+        text: completeStepLeafSql('"cyclone"'),
+      };
+      for (const r of leaves) {
+        expect(r.leaf).toBe(true);
+        const done = await c.query(leafStatement, [r.run_id, r.node, r.attempt, '{"ok":true}']);
+        expect(done.rows).toHaveLength(1);
+      }
+      for (const name of [statement.name, leafStatement.name]) {
+        const { rows: stats } = await c.query<{ generic_plans: string; custom_plans: string }>(
+          'SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = $1',
+          [name],
+        );
+        // PostgreSQL tries five custom plans, then keeps the generic one when it is no dearer.
+        expect(Number(stats[0]?.custom_plans)).toBeLessThanOrEqual(5);
+        expect(Number(stats[0]?.generic_plans)).toBeGreaterThanOrEqual(5);
+      }
     } finally {
       await c.end();
       await client.close();

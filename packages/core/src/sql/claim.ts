@@ -16,7 +16,9 @@ import { defineStatement, type Queryable, type SqlScope, send } from './statemen
  * in a MATERIALIZED CTE, and the UPDATE joins to them, so LIMIT really limits (an UPDATE … WHERE
  * id IN (SELECT … LIMIT) may lock and update more rows than the limit); a candidate locked but
  * not kept is released when the statement ends. The attempt it sets is the claim's fencing
- * token. Returns the run input, the outputs of completed ancestors and the run's trace context.
+ * token. Returns the run input, the outputs of completed ancestors, the run's trace context, and
+ * `leaf`: the step's node has no downstream node (from the row's `downstream`, fixed at submit,
+ * not from the worker's definitions, which may differ during a rolling deploy).
  */
 export const claimStepsSql = (s: string) => claimFrom(s, WITH_UPSTREAM);
 
@@ -69,10 +71,10 @@ WITH RECURSIVE ${PRIORITIES(s)}, c AS MATERIALIZED (
   FROM ${claimed(s)}
   WHERE t.run_id = c.run_id AND t.node = c.node
   RETURNING t.run_id, t.node, t.workflow, t.action, t.attempt, t.max_attempts, t.ancestors,
-            t.snoozes, t.lease_owner
+            t.snoozes, t.lease_owner, cardinality(t.downstream) = 0 AS leaf
 )
 SELECT u.run_id, u.node, u.workflow, u.action, u.attempt, u.max_attempts, u.snoozes, u.lease_owner,
-  r.input AS run_input, r.traceparent,
+  u.leaf, r.input AS run_input, r.traceparent,
   ${upstream(s)}
 FROM u JOIN ${s}.cyclone_runs r ON r.id = u.run_id`;
 
@@ -151,6 +153,12 @@ export interface ClaimedStep {
   traceparent: string | null;
   /** The worker the step is leased to (returned by the plain and shared claims). */
   lease_owner?: string;
+  /**
+   * True when the step's node has no downstream node (`cardinality(downstream) = 0` on the step
+   * row): its completion takes the leaf form. Every claim returns it; absent (a step read
+   * without a claim, as one whose limit keys are pending) counts as false.
+   */
+  leaf?: boolean;
 }
 
 const claimStepsStatement = defineStatement('claim_steps', claimStepsSql);

@@ -35,6 +35,21 @@ export const completeStepsSql = (s: string) => completeFrom(s, BATCH_INPUT);
  */
 export const completeStepSql = (s: string) => completeFrom(s, ONE_INPUT);
 
+/**
+ * `completeStepsSql` for a batch whose steps are all leaves (their node has no downstream node,
+ * the claim's `leaf`): the same fence, run counters, run transitions, lock order (step rows,
+ * then run rows in id order) and result, without the downstream CTEs and the NOTIFY, since a
+ * leaf releases nothing. $1 run_ids, $2 nodes, $3 attempts, $4 outputs (jsonb[]): no channel.
+ * See `completeLeafFrom`.
+ */
+export const completeStepsLeafSql = (s: string) => completeLeafFrom(s, BATCH_INPUT);
+
+/**
+ * `completeStepSql` for one leaf step (see `completeStepsLeafSql`): $1 run_id, $2 node,
+ * $3 attempt, $4 output jsonb. Its generic plan is kept too (test/prepared.test.ts).
+ */
+export const completeStepLeafSql = (s: string) => completeLeafFrom(s, ONE_INPUT);
+
 const BATCH_INPUT = `SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4::jsonb[])
     AS i(run_id, node, attempt, output)`;
 const ONE_INPUT = `SELECT $1::uuid AS run_id, $2::text AS node, $3::int AS attempt,
@@ -115,6 +130,57 @@ SELECT d.run_id, d.node, d.attempt,
 ${from(s)}`;
 
 /**
+ * The completion of leaf steps over the steps `input` selects: `completeFrom` with no downstream
+ * node to release, so no `edges`/`released` CTEs and no NOTIFY (`notified` is 0), and no channel
+ * parameter: $1–$4 as there, then the idle limit as $5 (`LEAF_IDLE_LIMIT`). The fence is
+ * the full form's alone, so a step it does not match was fenced out, as there. A matched step
+ * that has downstream nodes after all (a caller that passed a wrong `leaf`) makes the statement
+ * fail, so nothing of it applies (its ELSE casts text to int: no function, no migration): a
+ * filter in the fence would drop that step's row instead, and a dropped row reads as a
+ * fence-out.
+ */
+const completeLeafFrom = (
+  s: string,
+  input: typeof BATCH_INPUT | typeof ONE_INPUT,
+  extra: typeof NO_EXTRA | typeof LEAF_IDLE_LIMIT = NO_EXTRA,
+  to: typeof COMPLETED | typeof SKIPPED = COMPLETED,
+  from: typeof FROM_DONE | typeof FROM_DONE_OR_FENCED_OUT = FROM_DONE,
+) => `
+WITH input AS (
+  ${input}
+), done AS (
+  UPDATE ${s}.cyclone_steps t
+  SET state = ${to}, output = i.output, completed_at = now(), updated_at = now(),
+      lease_owner = NULL, lease_expires_at = NULL
+  FROM input i
+  WHERE t.run_id = i.run_id AND t.node = i.node AND t.attempt = i.attempt AND t.state = 'running'
+  RETURNING t.run_id, t.node,
+    CASE WHEN cardinality(t.downstream) = 0 THEN t.attempt
+         ELSE ('cyclone: leaf completion of step ' || t.node || ' of run ' || t.run_id
+               || ', which has downstream nodes')::int END AS attempt
+), per_run AS (
+  SELECT d.run_id, count(*)::int AS completed
+  FROM done d GROUP BY d.run_id
+  -- Run rows in id order, after every step row (done), as in the full form.
+  ORDER BY d.run_id
+), runs AS (
+  UPDATE ${s}.cyclone_runs r
+  SET steps_remaining = r.steps_remaining - p.completed,
+      steps_active = r.steps_active - p.completed,
+      state = CASE
+        WHEN r.state <> 'running' THEN r.state
+        WHEN r.steps_remaining = p.completed THEN 'completed'
+        WHEN r.steps_active - p.completed = 0 THEN 'failed'
+        ELSE r.state END,
+      completed_at = CASE WHEN r.state = 'running' AND (r.steps_remaining = p.completed
+        OR r.steps_active - p.completed = 0) THEN now() ELSE r.completed_at END,
+      updated_at = now()
+  FROM per_run p WHERE r.id = p.run_id
+)
+SELECT d.run_id, d.node, d.attempt, 0 AS notified${extra}
+${from(s)}`;
+
+/**
  * Records a failed attempt, fenced like `complete`: `retryable` at now() + $5 ms, or `discarded`
  * when $6 (non-retryable) or `attempt >= max_attempts`. A discard moves the run's counters and
  * fails the run when nothing is left that can progress.
@@ -156,6 +222,13 @@ FROM f`;
 export const completeStepOnTxSql = (s: string) =>
   completeFrom(s, ONE_INPUT, IDLE_LIMIT, COMPLETED, FROM_DONE_OR_FENCED_OUT);
 
+/**
+ * `completeStepOnTxSql` for a leaf step (see `completeStepsLeafSql`): $1–$4 as
+ * `completeStepLeafSql`, $5 the idle limit in ms.
+ */
+export const completeStepOnTxLeafSql = (s: string) =>
+  completeLeafFrom(s, ONE_INPUT, LEAF_IDLE_LIMIT, COMPLETED, FROM_DONE_OR_FENCED_OUT);
+
 /** The completed steps, one row each: the result of every form but the completionTx's. */
 const FROM_DONE = (_s: string) => 'FROM done d';
 /**
@@ -184,32 +257,48 @@ const SKIPPED = `'skipped'`;
  * $1 run_id, $2 node, $3 attempt, $4 output (null), $5 channel.
  */
 export const skipStepSql = (s: string) => completeFrom(s, ONE_INPUT, NO_EXTRA, SKIPPED);
+/** `skipStepSql` for a leaf step (see `completeStepsLeafSql`): $1–$4 as there, no channel. */
+export const skipStepLeafSql = (s: string) => completeLeafFrom(s, ONE_INPUT, NO_EXTRA, SKIPPED);
 const skipStepStatement = defineStatement('skip_step', skipStepSql);
+const skipStepLeafStatement = defineStatement('skip_step_leaf', skipStepLeafSql);
 
 /**
- * Ends a step `skipped`, fenced on its attempt (its condition was false).
+ * Ends a step `skipped`, fenced on its attempt (its condition was false); in the leaf form when
+ * `leaf` is true.
  * @returns `[step]` when recorded, `[]` when fenced out.
  */
 export async function skipStep(
   on: Queryable,
   db: SqlScope,
-  p: { runId: string; node: string; attempt: number },
+  p: { runId: string; node: string; attempt: number; leaf?: boolean },
 ): Promise<StepAttempt[]> {
-  const { rows } = await send<StepAttempt>(on, skipStepStatement(db), [
-    p.runId,
-    p.node,
-    p.attempt,
-    'null',
-    db.channel,
-  ]);
+  const { rows } =
+    p.leaf === true
+      ? await send<StepAttempt>(on, skipStepLeafStatement(db), [p.runId, p.node, p.attempt, 'null'])
+      : await send<StepAttempt>(on, skipStepStatement(db), [
+          p.runId,
+          p.node,
+          p.attempt,
+          'null',
+          db.channel,
+        ]);
   return rows;
 }
 const IDLE_LIMIT = `,
   set_config('idle_in_transaction_session_timeout', $6::text, true) AS idle_limit`;
+/** `IDLE_LIMIT` of the leaf form, which takes no channel: the limit is its $5. */
+const LEAF_IDLE_LIMIT = `,
+  set_config('idle_in_transaction_session_timeout', $5::text, true) AS idle_limit`;
 
 const completeStepsStatement = defineStatement('complete_steps', completeStepsSql);
 const completeStepStatement = defineStatement('complete_step', completeStepSql);
 const completeStepOnTxStatement = defineStatement('complete_step_on_tx', completeStepOnTxSql);
+const completeStepsLeafStatement = defineStatement('complete_steps_leaf', completeStepsLeafSql);
+const completeStepLeafStatement = defineStatement('complete_step_leaf', completeStepLeafSql);
+const completeStepOnTxLeafStatement = defineStatement(
+  'complete_step_on_tx_leaf',
+  completeStepOnTxLeafSql,
+);
 const failStepStatement = defineStatement('fail_step', failStepSql);
 
 /** A step's completion: its identity, the attempt that completes it and its output. */
@@ -219,10 +308,16 @@ export interface StepCompletion {
   attempt: number;
   /** The output as JSON text. */
   output: string;
+  /**
+   * True when the step's node has no downstream node (the claim's `leaf`, read from the step
+   * row): completed by the cheaper leaf form. Absent counts as false (the full form).
+   */
+  readonly leaf?: boolean;
 }
 
 /**
- * Completes a batch of steps in one statement, each fenced on its attempt.
+ * Completes a batch of steps in one statement, each fenced on its attempt: in the leaf form when
+ * every step is a leaf, else in the full form.
  * @returns the steps completed; one missing was fenced out.
  */
 export async function completeSteps(
@@ -232,19 +327,32 @@ export async function completeSteps(
 ): Promise<StepAttempt[]> {
   // Sent as array literals built in one pass (cheaper than pg's per-element serialization).
   const a = completionArrays(steps);
-  const { rows } = await send<StepAttempt>(on, completeStepsStatement(db), [
-    a.runIds,
-    a.nodes,
-    a.attempts,
-    a.outputs,
-    db.channel,
-  ]);
+  const { rows } = allLeaves(steps)
+    ? await send<StepAttempt>(on, completeStepsLeafStatement(db), [
+        a.runIds,
+        a.nodes,
+        a.attempts,
+        a.outputs,
+      ])
+    : await send<StepAttempt>(on, completeStepsStatement(db), [
+        a.runIds,
+        a.nodes,
+        a.attempts,
+        a.outputs,
+        db.channel,
+      ]);
   return rows;
+}
+
+/** True when every step is a leaf (`StepCompletion.leaf`): the batch may take the leaf form. */
+function allLeaves(steps: readonly StepCompletion[]): boolean {
+  for (const p of steps) if (p.leaf !== true) return false;
+  return true;
 }
 
 /**
  * Completes one step, fenced on its attempt (the scalar form: on a handler's `completionTx`, and
- * for a batch of one).
+ * for a batch of one), in the leaf form when `leaf` is true.
  * @returns `[step]` when completed, `[]` when fenced out.
  */
 export async function completeStep(
@@ -252,19 +360,28 @@ export async function completeStep(
   db: SqlScope,
   p: StepCompletion,
 ): Promise<StepAttempt[]> {
-  const { rows } = await send<StepAttempt>(on, completeStepStatement(db), [
-    p.runId,
-    p.node,
-    p.attempt,
-    p.output,
-    db.channel,
-  ]);
+  const { rows } =
+    p.leaf === true
+      ? await send<StepAttempt>(on, completeStepLeafStatement(db), [
+          p.runId,
+          p.node,
+          p.attempt,
+          p.output,
+        ])
+      : await send<StepAttempt>(on, completeStepStatement(db), [
+          p.runId,
+          p.node,
+          p.attempt,
+          p.output,
+          db.channel,
+        ]);
   return rows;
 }
 
 /**
  * Completes one step on its handler's transaction, fenced on its attempt, and limits the
- * transaction's idle time on the server to `idleLimitMs` until it ends (see `completeStepOnTxSql`).
+ * transaction's idle time on the server to `idleLimitMs` until it ends (see `completeStepOnTxSql`);
+ * in the leaf form when `leaf` is true.
  * @returns `[step]` when completed.
  * @throws an error with code `FENCED_OUT` (`isFencedOut`) when fenced out; the transaction is
  * then aborted.
@@ -274,14 +391,24 @@ export async function completeStepOnTx(
   db: SqlScope,
   p: StepCompletion & { idleLimitMs: number },
 ): Promise<StepAttempt[]> {
-  const { rows } = await send<StepAttempt>(on, completeStepOnTxStatement(db), [
-    p.runId,
-    p.node,
-    p.attempt,
-    p.output,
-    db.channel,
-    String(Math.max(1, Math.ceil(p.idleLimitMs))),
-  ]);
+  const idleLimit = String(Math.max(1, Math.ceil(p.idleLimitMs)));
+  const { rows } =
+    p.leaf === true
+      ? await send<StepAttempt>(on, completeStepOnTxLeafStatement(db), [
+          p.runId,
+          p.node,
+          p.attempt,
+          p.output,
+          idleLimit,
+        ])
+      : await send<StepAttempt>(on, completeStepOnTxStatement(db), [
+          p.runId,
+          p.node,
+          p.attempt,
+          p.output,
+          db.channel,
+          idleLimit,
+        ]);
   return rows;
 }
 

@@ -192,7 +192,7 @@ u AS (
       started_at = clock.t, updated_at = now()
   FROM locked l, clock WHERE t.run_id = l.run_id AND t.node = l.node
   RETURNING t.run_id, t.node, t.workflow, t.action, t.attempt, t.max_attempts, t.ancestors,
-            t.snoozes, t.rate_limit_key
+            t.snoozes, t.rate_limit_key, cardinality(t.downstream) = 0 AS leaf
 ),
 logged AS (
   INSERT INTO ${s}.cyclone_rate_admissions (action, key, at)
@@ -221,13 +221,14 @@ meta AS (
       )::float8
     END AS next_in_ms
 )
-SELECT u.run_id, u.node, u.workflow, u.action, u.attempt, u.max_attempts, u.snoozes,
+SELECT u.run_id, u.node, u.workflow, u.action, u.attempt, u.max_attempts, u.snoozes, u.leaf,
   r.input AS run_input, r.traceparent,
   ${upstream(s)} AS upstream,
   NULL::text AS cursor, NULL::float8 AS next_in_ms
 FROM u JOIN ${s}.cyclone_runs r ON r.id = u.run_id
 UNION ALL
-SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, meta.cursor, meta.next_in_ms
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, meta.cursor,
+  meta.next_in_ms
 FROM meta`;
 
 /** No upstream outputs: `{}` for a root, NULL (loaded step by step) for a step with ancestors. */
