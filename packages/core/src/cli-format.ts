@@ -158,12 +158,27 @@ export function formatRunsFooter(
 }
 
 /**
+ * Whether `s` waits for a worker to claim it now: `available`, or `retryable`/`scheduled` with
+ * its time reached (by `now`). Such a step moves only if a live worker carries its workflow.
+ */
+export function waitsForWorker(s: StepInfo, now: Date): boolean {
+  if (s.state === 'available') return true;
+  if (s.state !== 'retryable' && s.state !== 'scheduled') return false;
+  return new Date(s.scheduledAt).getTime() <= now.getTime();
+}
+
+/**
  * `cyclone run`: the run's fields, then one row per node with its upstream and what is known of
  * it now: the lease owner of a running step, the next attempt's time of a retryable one, the last
  * error of one that failed; nothing under a completed node (its earlier errors are history,
- * `--json` has them).
+ * `--json` has them). With `carried: false` (no live worker carries the run's workflow), a step
+ * that waits for a worker (`waitsForWorker`) says so first.
  */
-export function formatRun(run: RunInfo, now: Date = new Date()): string {
+export function formatRun(
+  run: RunInfo,
+  now: Date = new Date(),
+  options: { carried?: boolean } = {},
+): string {
   const head = [
     `run       ${run.runId}`,
     `workflow  ${run.workflow}`,
@@ -178,9 +193,17 @@ export function formatRun(run: RunInfo, now: Date = new Date()): string {
     s.state,
     `${s.attempt}/${s.maxAttempts}`,
     s.after.length ? s.after.join(',') : '-',
-    stepDetail(s, now),
+    options.carried === false && waitsForWorker(s, now)
+      ? uncarried(run.workflow, stepDetail(s, now))
+      : stepDetail(s, now),
   ]);
   return `${head.join('\n')}\n\n${table(['NODE', 'STATE', 'ATTEMPT', 'AFTER', 'DETAIL'], rows)}`;
+}
+
+/** The DETAIL cell of a step no live worker can claim: that first, then its usual cell. */
+function uncarried(workflow: string, detail: string): string {
+  const why = `no live worker carries workflow ${showName(workflow, "'")}`;
+  return detail === '-' ? why : `${why}; ${detail}`;
 }
 
 /** The DETAIL cell of a step: what its state waits on, and the last error where it matters. */

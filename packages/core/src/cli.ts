@@ -30,6 +30,7 @@ import {
   parseMaxRuns,
   parsePort,
   showName,
+  waitsForWorker,
 } from './cli-format.js';
 import { Client } from './client.js';
 import {
@@ -219,8 +220,16 @@ export async function main(argv: readonly string[], io: Partial<CliIo> = {}): Pr
     .action(async (runId: string, opts: { json?: boolean }, cmd: Command) => {
       await withClient(cmd, async (client) => {
         const run = await client.getRun(runId);
-        if (opts.json) print(JSON.stringify(run, null, 2));
-        else print(formatRun(run));
+        if (opts.json) {
+          print(JSON.stringify(run, null, 2));
+          return;
+        }
+        const now = new Date();
+        // One read of the small workers table, and only when a step waits for a worker.
+        const carried = run.steps.some((s) => waitsForWorker(s, now))
+          ? (await client.listWorkers()).some((w) => w.alive && w.workflows.includes(run.workflow))
+          : undefined;
+        print(formatRun(run, now, { carried }));
       });
     });
 

@@ -174,11 +174,12 @@ describe('cyclone signal', () => {
     });
     await client.waitForRun(runId, { timeoutMs: 20_000, pollMs: 20 });
 
-    // Not claimed (no worker runs this workflow) and without timeoutMs: no "until".
+    // Not claimed (no worker runs this workflow, and the DETAIL says so first) and without
+    // timeoutMs: no "until".
     const Idle = newWorkflow('cli_sig_idle_run', { nodes: { approval: { waitFor: 'approved' } } });
     const idle = (await client.submit(Idle, {})).runId;
     expect(line((await cli('run', idle)).stdout, 'approval')).toMatch(
-      /available +0\/25 +- +waits for signal 'approved'$/,
+      /available +0\/25 +- +no live worker carries workflow 'cli_sig_idle_run'; waits for signal 'approved'$/,
     );
     await client.cancel(idle);
     // Before it is reached: its upstream node has not run, or its delayed run has not started.

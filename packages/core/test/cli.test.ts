@@ -415,6 +415,53 @@ describe('cyclone run: what a step waits on', () => {
   });
 });
 
+describe('cyclone run: a step no live worker can claim', () => {
+  it('says no live worker carries its workflow while it waits for one, and only then', async () => {
+    const Lonely = newWorkflow('cli_lonely', {
+      nodes: {
+        first: { action: newAction('cli_lonely_first', () => null) },
+        second: { action: newAction('cli_lonely_second', () => null), after: ['first'] },
+      },
+    });
+    const { runId } = await client.submit(Lonely, {});
+    const { runId: later } = await client.submit(Lonely, {}, { delayMs: 600_000 });
+    const line = async (id: string, node: string) => {
+      const r = await cli(['run', id]);
+      expect(r.code).toBe(0);
+      return r.stdout.split('\n').find((l) => l.startsWith(node));
+    };
+    const register = (id: string, seenAgo: string) =>
+      db.pool.query(
+        `INSERT INTO cyclone.cyclone_workers (worker_id, host, pid, concurrency, workflows, last_seen_at)
+         VALUES ($1, 'h', 1, 1, $2, now() - $3::interval)`,
+        [id, ['cli_other', 'cli_lonely'], seenAgo],
+      );
+    try {
+      // No worker has ever carried it (the file's worker carries cli_order only).
+      expect(await line(runId, 'first')).toMatch(
+        /^first\s+available\s+0\/25\s+-\s+no live worker carries workflow 'cli_lonely'$/,
+      );
+      // A pending step and a step whose time has not come wait for something else first.
+      expect(await line(runId, 'second')).toMatch(/^second\s+pending\s+0\/25\s+first\s+-$/);
+      expect(await line(later, 'first')).toMatch(
+        /^first\s+scheduled\s+0\/25\s+-\s+due \S+ \(in 10m\)$/,
+      );
+      // A worker that carried it but is not seen for 30 s is not live.
+      await register('cli-gone', '30 seconds');
+      expect(await line(runId, 'first')).toMatch(/no live worker carries workflow 'cli_lonely'$/);
+      // A live one (registered, not running anything here) carries it: nothing to say.
+      await register('cli-live', '0 seconds');
+      expect(await line(runId, 'first')).toMatch(/^first\s+available\s+0\/25\s+-\s+-$/);
+    } finally {
+      await db.pool.query(
+        "DELETE FROM cyclone.cyclone_workers WHERE worker_id IN ('cli-gone', 'cli-live')",
+      );
+      await cli(['cancel', runId]);
+      await cli(['cancel', later]);
+    }
+  });
+});
+
 describe('cyclone runs: how many match', () => {
   it('a full page says "N of M"; a partial one says nothing more', async () => {
     const wf = 'cli_count';
