@@ -1,7 +1,16 @@
 /**
  * Operator actions (`Client.retry`, `retryAll`, `cancel`): each runs in one transaction that
- * holds the run row's lock, so it never interleaves with a completion or another action on the
- * same run, and is run again when it loses a deadlock or serialization failure.
+ * holds the locks of the run's row and of all its step rows, so it never interleaves with a
+ * completion, a failure, the sweep or another action on the same run.
+ *
+ * Lock order: workers lock step rows, then run rows (completion, failure, sweep); a signal locks
+ * the run row (`FOR KEY SHARE`), then its wait steps; retention locks the run row, then deletes
+ * its steps. No one order fits all of them (a completion batch does not even order its own steps
+ * of one run), so an operator action never waits for a row while it holds another: it takes them
+ * all at once without waiting (`SKIP LOCKED`); if one is held, it lets go of everything, waits
+ * for that row alone in a new transaction, and tries again. A transaction that waits while
+ * holding nothing cannot be part of a deadlock. After `MAX_ROUNDS` such rounds it waits for each
+ * lock in turn (steps in topological order, then the run), run again on a deadlock.
  */
 import type pg from 'pg';
 import { type Db, withTransactionRetried } from './db.js';
@@ -12,6 +21,9 @@ import * as runsSql from './sql/runs.js';
 
 /** Tries of an operator transaction that keeps losing lock conflicts. */
 const MAX_TRIES = 5;
+
+/** Rounds of "lock all without waiting, else wait for the held row" before waiting in turn. */
+const MAX_ROUNDS = 50;
 
 /** `Client.retry`: reopens one discarded or cancelled node of the run. */
 export function retry(db: Db, runId: string, node: string): Promise<string[]> {
@@ -72,14 +84,14 @@ async function reopen(db: Db, runId: string, node: string | undefined): Promise<
       if (typeof node !== 'string' || !isStorableText(node)) {
         throw new NodeNotFoundError(runId, String(node));
       }
-      const step = await runsSql.lockStep(c, db, { runId, node });
-      if (!step) throw new NodeNotFoundError(runId, node);
-      if (step.state !== 'discarded' && step.state !== 'cancelled') {
+      const state = run.steps.get(node);
+      if (state === undefined) throw new NodeNotFoundError(runId, node);
+      if (state !== 'discarded' && state !== 'cancelled') {
         throw new InvalidStateError(
           runId,
           node,
-          step.state,
-          `node '${node}' of run ${runId} is ${step.state}; only a discarded or cancelled node can be retried`,
+          state,
+          `node '${node}' of run ${runId} is ${state}; only a discarded or cancelled node can be retried`,
         );
       }
     }
@@ -101,8 +113,9 @@ async function reopen(db: Db, runId: string, node: string | undefined): Promise<
 }
 
 /**
- * Runs `fn` in a transaction holding the run row's lock. Retries on deadlock or serialization
- * failure (SQLSTATE 40P01, 40001), up to `MAX_TRIES` tries in all.
+ * Runs `fn` in a transaction holding the locks of the run's row and all its step rows, taken as
+ * the module comment says. Each transaction is run again on a deadlock or serialization failure
+ * (SQLSTATE 40P01, 40001), up to `MAX_TRIES` tries in all.
  * @throws RunNotFoundError when there is no such run.
  */
 async function inRunTx<T>(
@@ -110,13 +123,29 @@ async function inRunTx<T>(
   runId: string,
   fn: (c: pg.PoolClient, run: runsSql.LockedRun) => Promise<T>,
 ): Promise<T> {
-  return withTransactionRetried(
-    db.pool,
-    async (c) => {
-      const run = await runsSql.lockRun(c, db, runId);
-      if (!run) throw new RunNotFoundError(runId);
-      return await fn(c, run);
-    },
-    MAX_TRIES,
-  );
+  let busy: { node: string } | { run: true } | undefined;
+  for (let round = 1; ; round++) {
+    const held = busy;
+    const last = round >= MAX_ROUNDS;
+    const result = await withTransactionRetried(
+      db.pool,
+      async (c): Promise<{ done: T } | { busy: { node: string } | { run: true } }> => {
+        let run: runsSql.LockedRun | undefined;
+        if (last) {
+          run = await runsSql.lockRunWaiting(c, db, runId);
+        } else {
+          if (held) await runsSql.waitForRow(c, db, runId, held);
+          const got = await runsSql.lockRunNow(c, db, runId);
+          // Nothing is written yet: committing only lets go of the locks taken.
+          if ('busy' in got) return { busy: got.busy };
+          if ('locked' in got) run = got.locked;
+        }
+        if (!run) throw new RunNotFoundError(runId);
+        return { done: await fn(c, run) };
+      },
+      MAX_TRIES,
+    );
+    if ('done' in result) return result.done;
+    busy = result.busy;
+  }
 }

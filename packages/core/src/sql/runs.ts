@@ -33,13 +33,59 @@ export const countRunsSql = (s: string) =>
          WHERE ($1::text IS NULL OR state = $1) AND ($2::text IS NULL OR workflow = $2)
          LIMIT $3) capped`;
 
-/** Locks a run's row for an operator action (in a transaction). $1 run id. */
-export const lockRunSql = (s: string) =>
-  `SELECT state, steps_active, workflow FROM ${s}.cyclone_runs WHERE id = $1 FOR UPDATE`;
+/**
+ * An operator action's locks, taken without waiting (in a transaction): every step row of run $1
+ * and the run row, `FOR UPDATE SKIP LOCKED`. One row: the run's `state`, `steps_active` and
+ * `workflow` (NULL when its row was not locked: `run_exists` says whether it is there, held by
+ * another transaction), the locked steps' `nodes` and `states`, and `busy_node`, a step whose row
+ * another transaction holds (NULL when every step was locked). A held row is skipped, never waited
+ * for, so this statement cannot be part of a deadlock whatever order others lock rows in; the
+ * caller waits for a held row on its own (`waitForStepSql`, `waitForRunSql`) and tries again.
+ */
+export const lockRunNowSql = (s: string) => `
+WITH steps AS MATERIALIZED (
+  SELECT node, state FROM ${s}.cyclone_steps WHERE run_id = $1 FOR UPDATE SKIP LOCKED
+), run AS MATERIALIZED (
+  SELECT state, steps_active, workflow FROM ${s}.cyclone_runs WHERE id = $1 FOR UPDATE SKIP LOCKED
+)
+SELECT run.state, run.steps_active, run.workflow,
+       EXISTS (SELECT 1 FROM ${s}.cyclone_runs WHERE id = $1) AS run_exists,
+       ARRAY(SELECT node FROM steps ORDER BY node) AS nodes,
+       ARRAY(SELECT state FROM steps ORDER BY node) AS states,
+       (SELECT t.node FROM ${s}.cyclone_steps t
+        WHERE t.run_id = $1 AND NOT EXISTS (SELECT 1 FROM steps l WHERE l.node = t.node)
+        ORDER BY cardinality(t.ancestors), t.node LIMIT 1) AS busy_node
+FROM (SELECT) AS one LEFT JOIN run ON true`;
 
-/** Locks one step's row (in the run's transaction). $1 run id, $2 node. */
-export const lockStepSql = (s: string) =>
-  `SELECT state FROM ${s}.cyclone_steps WHERE run_id = $1 AND node = $2 FOR UPDATE`;
+/**
+ * Waits for and locks step ($1 run id, $2 node) that `lockRunNowSql` found held, as the first
+ * lock of a transaction: waiting while holding nothing else, it cannot close a cycle.
+ */
+export const waitForStepSql = (s: string) =>
+  `SELECT 1 FROM ${s}.cyclone_steps WHERE run_id = $1 AND node = $2 FOR UPDATE`;
+
+/** Waits for and locks run $1's row that `lockRunNowSql` found held; as `waitForStepSql`. */
+export const waitForRunSql = (s: string) =>
+  `SELECT 1 FROM ${s}.cyclone_runs WHERE id = $1 FOR UPDATE`;
+
+/**
+ * The fallback of an operator action that kept finding rows held: every step row of run $1,
+ * waiting, in topological order (an upstream before its downstream nodes, as a completion locks
+ * the step it completes before the downstream rows it releases), then node order.
+ * `lockRunWaitingSql` follows. A deadlock is still possible here (a completion batch locks its
+ * steps of one run in no set order; retention and debounce lock a run row before its steps),
+ * and the operator's transaction is then run again.
+ */
+export const lockStepsWaitingSql = (s: string) =>
+  `SELECT node, state FROM ${s}.cyclone_steps WHERE run_id = $1
+       ORDER BY cardinality(ancestors), node FOR UPDATE`;
+
+/**
+ * Locks run $1's row, waiting, after `lockStepsWaitingSql`. `NO KEY`: a signal holds the row `FOR
+ * KEY SHARE` while it waits for its wait steps, which this transaction holds already.
+ */
+export const lockRunWaitingSql = (s: string) =>
+  `SELECT state, steps_active, workflow FROM ${s}.cyclone_runs WHERE id = $1 FOR NO KEY UPDATE`;
 
 /**
  * Operator retry: reopens the run's discarded or cancelled steps (only node $2 unless NULL) in
@@ -106,8 +152,11 @@ const selectRunStatement = defineStatement('select_run', selectRunSql, false);
 const selectStepsStatement = defineStatement('select_steps', selectStepsSql, false);
 const listRunsStatement = defineStatement('list_runs', listRunsSql, false);
 const countRunsStatement = defineStatement('count_runs', countRunsSql, false);
-const lockRunStatement = defineStatement('lock_run', lockRunSql, false);
-const lockStepStatement = defineStatement('lock_step', lockStepSql, false);
+const lockRunNowStatement = defineStatement('lock_run_now', lockRunNowSql, false);
+const waitForStepStatement = defineStatement('wait_for_step', waitForStepSql, false);
+const waitForRunStatement = defineStatement('wait_for_run', waitForRunSql, false);
+const lockStepsWaitingStatement = defineStatement('lock_steps_waiting', lockStepsWaitingSql, false);
+const lockRunWaitingStatement = defineStatement('lock_run_waiting', lockRunWaitingSql, false);
 const reopenStepsStatement = defineStatement('reopen_steps', reopenStepsSql, false);
 const reactivateRunStatement = defineStatement('reactivate_run', reactivateRunSql, false);
 const cancelStepsStatement = defineStatement('cancel_steps', cancelStepsSql, false);
@@ -152,29 +201,72 @@ export async function countRuns(
   return rows[0]?.n ?? 0;
 }
 
-/** What an operator action needs of the run it locked. */
+/** What an operator action needs of the run it locked, and of its steps. */
 export interface LockedRun {
   state: string;
   steps_active: number;
   workflow: string;
+  /** Every step of the run (all locked): node → state. */
+  steps: Map<string, string>;
 }
 
-/** Locks a run's row; undefined when there is no such run. Inside a transaction. */
-export async function lockRun(
+/**
+ * What `lockRunNow` got: the run with all its steps locked, or the row it found held by another
+ * transaction (a step's node, or the run's row), or that there is no such run.
+ */
+export type LockAttempt =
+  | { locked: LockedRun }
+  | { busy: { node: string } | { run: true } }
+  | { missing: true };
+
+/** Tries to lock a run's row and all its step rows without waiting; see `lockRunNowSql`. */
+export async function lockRunNow(on: Queryable, db: SqlScope, runId: string): Promise<LockAttempt> {
+  const { rows } = await send<{
+    state: string | null;
+    steps_active: number | null;
+    workflow: string | null;
+    run_exists: boolean;
+    nodes: string[];
+    states: string[];
+    busy_node: string | null;
+  }>(on, lockRunNowStatement(db), [runId]);
+  const r = rows[0];
+  if (!r?.run_exists) return { missing: true };
+  if (r.busy_node !== null) return { busy: { node: r.busy_node } };
+  if (r.state === null || r.steps_active === null || r.workflow === null) {
+    return { busy: { run: true } };
+  }
+  const steps = new Map(r.nodes.map((node, i) => [node, r.states[i] as string]));
+  return { locked: { state: r.state, steps_active: r.steps_active, workflow: r.workflow, steps } };
+}
+
+/** Waits for a row `lockRunNow` found held, and locks it. The transaction's first lock. */
+export async function waitForRow(
+  on: Queryable,
+  db: SqlScope,
+  runId: string,
+  busy: { node: string } | { run: true },
+): Promise<void> {
+  if ('node' in busy) await send(on, waitForStepStatement(db), [runId, busy.node]);
+  else await send(on, waitForRunStatement(db), [runId]);
+}
+
+/**
+ * Locks a run's step rows, then its row, waiting for each (`lockStepsWaitingSql`); undefined when
+ * there is no such run.
+ */
+export async function lockRunWaiting(
   on: Queryable,
   db: SqlScope,
   runId: string,
 ): Promise<LockedRun | undefined> {
-  return (await send<LockedRun>(on, lockRunStatement(db), [runId])).rows[0];
-}
-
-/** Locks one step's row; undefined when the run has no such node. Inside a transaction. */
-export async function lockStep(
-  on: Queryable,
-  db: SqlScope,
-  p: { runId: string; node: string },
-): Promise<{ state: string } | undefined> {
-  return (await send<{ state: string }>(on, lockStepStatement(db), [p.runId, p.node])).rows[0];
+  const steps = await send<{ node: string; state: string }>(on, lockStepsWaitingStatement(db), [
+    runId,
+  ]);
+  const run = (await send<Omit<LockedRun, 'steps'>>(on, lockRunWaitingStatement(db), [runId]))
+    .rows[0];
+  if (!run) return undefined;
+  return { ...run, steps: new Map(steps.rows.map((r) => [r.node, r.state])) };
 }
 
 /** Reopens discarded or cancelled steps (one node, or all when `node` is null). */

@@ -7,9 +7,9 @@ import { defineStatement, type Queryable, type SqlScope, send } from './statemen
 
 /**
  * The first statement of a signal's transaction: run $1's state (no row: no such run), its row
- * locked `FOR KEY SHARE`. That waits for an operator's action on the run (cancel and retry lock
- * it `FOR UPDATE` before its steps), so the two never lock in opposite orders, and it does not
- * wait for completions (they update run rows without changing a key).
+ * locked `FOR KEY SHARE`. That waits for an operator's action on the run (cancel and retry hold
+ * it `FOR UPDATE`; they never wait for a row while holding one, so no cycle follows), and it does
+ * not wait for completions (they update run rows without changing a key).
  */
 export const lockRunForSignalSql = (s: string) =>
   `SELECT state FROM ${s}.cyclone_runs WHERE id = $1 FOR KEY SHARE`;
