@@ -8,11 +8,15 @@ import type { Client, Logger } from '@cyclone/core';
 import { ApiFailure, toApiFailure } from './errors.js';
 import type { Reads } from './reads.js';
 import {
+  BULK_CANCEL_NOTICE,
   type BulkAction,
   type BulkResponse,
+  cancelNotice,
   RETRY_NOTICE,
   type RunState,
   type RunsFilter,
+  scheduleNotice,
+  signalNotice,
 } from './shared/api.js';
 
 /** One mutation as the audit log records it. */
@@ -75,7 +79,7 @@ export class Actions {
   /** `client.cancel(runId)`. */
   async cancel(user: string | null, runId: string) {
     await this.audited({ user, action: 'cancel', runId }, () => this.client.cancel(runId));
-    return { runId, cancelled: true as const, notice: RETRY_NOTICE };
+    return { runId, cancelled: true as const, notice: cancelNotice(runId) };
   }
 
   /** `client.signal(runId, name, payload)`. */
@@ -88,7 +92,7 @@ export class Actions {
       name,
       accepted: result.accepted,
       waitingNodes: result.waitingNodes,
-      notice: RETRY_NOTICE,
+      notice: signalNotice(runId, name, result),
     };
   }
 
@@ -112,7 +116,7 @@ export class Actions {
       name,
       action,
       ...(result ? (jsonDates(result) as object) : {}),
-      notice: RETRY_NOTICE,
+      notice: scheduleNotice(name, action),
     };
   }
 
@@ -141,7 +145,7 @@ export class Actions {
       skipped: 0,
       failed: [],
       next: null,
-      notice: RETRY_NOTICE,
+      notice: body.action === 'cancel' ? BULK_CANCEL_NOTICE : RETRY_NOTICE,
     };
     const apply = async (runId: string, state: RunState | undefined) => {
       out.processed++;

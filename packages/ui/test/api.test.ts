@@ -22,7 +22,7 @@ import type {
   UnknownResponse,
   WorkflowsResponse,
 } from '../src/shared/api.js';
-import { RETRY_NOTICE } from '../src/shared/api.js';
+import { BULK_CANCEL_NOTICE, RETRY_NOTICE } from '../src/shared/api.js';
 import {
   Approval,
   BASE,
@@ -291,7 +291,12 @@ describe('actions', () => {
     const { runId } = await f.client.submit(Parked, {});
     const { status, body } = await postJson(f.origin, f.url, `/api/runs/${runId}/cancel`, {});
     expect(status).toBe(200);
-    expect(body).toMatchObject({ runId, cancelled: true, notice: RETRY_NOTICE });
+    // Its own notice, not the retry's sentence about provider calls.
+    expect(body).toMatchObject({
+      runId,
+      cancelled: true,
+      notice: `Run ${runId} cancelled: its unfinished nodes are cancelled, and running handlers are told to stop.`,
+    });
     const run = await f.client.getRun(runId);
     expect(run.state).toBe('cancelled');
     expect(run.steps.map((s) => s.state)).toEqual(['cancelled']);
@@ -353,6 +358,7 @@ describe('actions', () => {
       ids: [a.runId, b.runId, done.runId],
     });
     expect(body).toMatchObject({ processed: 3, changed: 2, skipped: 1, failed: [], next: null });
+    expect(body.notice).toBe(BULK_CANCEL_NOTICE);
     expect((await f.client.getRun(a.runId)).state).toBe('cancelled');
     expect((await f.client.getRun(b.runId)).state).toBe('cancelled');
     expect((await f.client.getRun(done.runId)).state).toBe('completed');
@@ -420,7 +426,13 @@ describe('signals and schedules', () => {
     });
     expect(sent).toMatchObject({
       status: 200,
-      body: { runId, name: 'approved', accepted: true, waitingNodes: ['approve'] },
+      body: {
+        runId,
+        name: 'approved',
+        accepted: true,
+        waitingNodes: ['approve'],
+        notice: `Signal “approved” sent to run ${runId}: node approve completes with its payload.`,
+      },
     });
     const run = await f.client.waitForRun(runId, { timeoutMs: 30_000 });
     expect(run.state).toBe('completed');
@@ -428,6 +440,20 @@ describe('signals and schedules', () => {
     expect(
       await postJson(f.origin, f.url, `/api/runs/${runId}/signal`, { name: 'approved' }),
     ).toMatchObject({ status: 409, body: { error: 'invalid_state' } });
+  });
+
+  it('a signal no node waits for is stored, and its notice says so', async () => {
+    const { runId } = await f.client.submit(Approval, {});
+    const sent = await postJson(f.origin, f.url, `/api/runs/${runId}/signal`, { name: 'approvd' });
+    expect(sent).toMatchObject({
+      status: 200,
+      body: {
+        accepted: true,
+        waitingNodes: [],
+        notice: `Signal “approvd” sent to run ${runId}. No node of this run waits for “approvd” (a misspelt name, or its wait node has finished); it is stored anyway.`,
+      },
+    });
+    await f.client.cancel(runId);
   });
 
   it('schedules: listed, paused, resumed and triggered through the API', async () => {
@@ -438,14 +464,17 @@ describe('signals and schedules', () => {
       carried: true,
     });
     const paused = await postJson(f.origin, f.url, '/api/schedules/nightly/pause', {});
-    expect(paused).toMatchObject({ status: 200, body: { name: 'nightly', action: 'pause' } });
+    expect(paused).toMatchObject({
+      status: 200,
+      body: { name: 'nightly', action: 'pause', notice: 'Schedule “nightly” paused.' },
+    });
     expect((await f.client.listSchedules()).find((s) => s.name === 'nightly')?.paused).toBe(true);
     await postJson(f.origin, f.url, '/api/schedules/nightly/resume', {});
     expect((await f.client.listSchedules()).find((s) => s.name === 'nightly')?.paused).toBe(false);
 
     expect(await postJson(f.origin, f.url, '/api/schedules/nightly/trigger', {})).toMatchObject({
       status: 200,
-      body: { name: 'nightly', action: 'trigger' },
+      body: { name: 'nightly', action: 'trigger', notice: 'Schedule “nightly” triggered.' },
     });
     const made = await waitFor('the triggered run', async () => {
       const runs = await f.client.listRuns({ workflow: Tick.name });

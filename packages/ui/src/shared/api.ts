@@ -18,9 +18,43 @@ export const PAGE_DEFAULT = 50;
 export const BULK_IDS_MAX = 500;
 /** Most error entries `GET /api/runs/:id/steps/:node` returns, newest first. */
 export const STEP_ERRORS_MAX = 20;
-/** What every mutation's response says about provider calls (its `notice`). */
+/** What a retry's response says about provider calls (its `notice`), and its confirmation. */
 export const RETRY_NOTICE =
   'Provider calls recorded as succeeded will not be repeated: a retried node keeps its idempotency keys, so the ledger replays them.';
+
+/** The `notice` of a cancel: what it did to the run. */
+export function cancelNotice(runId: string): string {
+  return `Run ${runId} cancelled: its unfinished nodes are cancelled, and running handlers are told to stop.`;
+}
+
+/** The `notice` of a bulk cancel. */
+export const BULK_CANCEL_NOTICE =
+  "Each run's unfinished nodes are cancelled, and running handlers are told to stop.";
+
+/**
+ * The `notice` of a signal: sent (and which wait nodes complete with it, or that none waits for
+ * it and it is stored anyway), or not accepted because the run already had one of that name.
+ */
+export function signalNotice(
+  runId: string,
+  name: string,
+  result: { accepted: boolean; waitingNodes: readonly string[] },
+): string {
+  if (!result.accepted) {
+    return `Signal “${name}” not accepted: run ${runId} already had one of that name.`;
+  }
+  const nodes = result.waitingNodes;
+  if (nodes.length === 0) {
+    return `Signal “${name}” sent to run ${runId}. No node of this run waits for “${name}” (a misspelt name, or its wait node has finished); it is stored anyway.`;
+  }
+  return `Signal “${name}” sent to run ${runId}: ${nodes.length === 1 ? 'node' : 'nodes'} ${nodes.join(', ')} ${nodes.length === 1 ? 'completes' : 'complete'} with its payload.`;
+}
+
+/** The `notice` of a schedule action. */
+export function scheduleNotice(name: string, action: 'pause' | 'resume' | 'trigger'): string {
+  const did = { pause: 'paused', resume: 'resumed', trigger: 'triggered' }[action];
+  return `Schedule “${name}” ${did}.`;
+}
 
 /**
  * The states of a run and of a step: core's own types, imported for types only (erased from the

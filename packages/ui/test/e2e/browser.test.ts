@@ -337,6 +337,8 @@ describe(`the operator pages in Chromium under ${BASE}`, { timeout: 120_000 }, (
     await page.goto(`${main.root}/runs/${runId}`);
     await page.click('[data-testid=cancel-run]');
     const dialog = page.locator('dialog[open]');
+    // A cancel repeats no provider call: the retry's sentence about them is not its to say.
+    await expect(dialog.locator('[data-testid=retry-notice]').count()).resolves.toBe(0);
     await dialog.locator('[data-testid=confirm]').click();
     await expect
       .poll(() => page.locator('[data-testid=run-state]').getAttribute('data-state'), {
@@ -344,6 +346,10 @@ describe(`the operator pages in Chromium under ${BASE}`, { timeout: 120_000 }, (
       })
       .toBe('cancelled');
     expect(await runState(runId)).toBe('cancelled');
+    // The page says what the action did, in the server's words.
+    await expect(page.locator('[data-testid=action-notice]').textContent()).resolves.toBe(
+      `Run ${runId} cancelled: its unfinished nodes are cancelled, and running handlers are told to stop.`,
+    );
     await page.close();
   });
 
@@ -654,18 +660,24 @@ describe(`the operator pages in Chromium under ${BASE}`, { timeout: 120_000 }, (
     await page.goto(`${main.root}/signals?run=${approvalId}`);
     await page.fill('[data-testid=signal-name]', 'approvd');
     await page.click('[data-testid=signal-send]');
-    await expect(page.locator('[data-testid=signal-unheard]').textContent()).resolves.toContain(
-      'No node of this run waits for “approvd”',
+    const result = page.locator('[data-testid=signal-result]');
+    await expect(result.textContent()).resolves.toBe(
+      `Signal “approvd” sent to run ${approvalId}. No node of this run waits for “approvd” (a misspelt name, or its wait node has finished); it is stored anyway. Open the run`,
     );
+    await expect(result.getAttribute('data-unheard')).resolves.toBe('true');
     await page.goto(`${main.root}/signals?run=${approvalId}`);
     await page.fill('[data-testid=signal-name]', 'approved');
     await page.fill('[data-testid=signal-payload]', '{ "by": "alice" }');
     await screenshot(page, 'signals');
     await page.click('[data-testid=signal-send]');
-    await expect(page.locator('[data-testid=signal-result]').textContent()).resolves.toContain(
-      'accepted',
-    );
-    expect(await page.locator('[data-testid=signal-unheard]').count()).toBe(0);
+    // The result of this send, not the one above (the same element, new text).
+    await expect
+      .poll(() => result.textContent(), { timeout: SHOW_MS })
+      .toBe(
+        `Signal “approved” sent to run ${approvalId}: node approve completes with its payload. Open the run`,
+      );
+    await expect(result.getAttribute('data-unheard')).resolves.toBe('false');
+    await expect(result.textContent()).resolves.not.toContain('idempotency');
     await client.waitForRun(approvalId, { timeoutMs: RUN_MS });
     expect(await runState(approvalId)).toBe('completed');
     await page.close();

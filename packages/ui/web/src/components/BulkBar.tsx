@@ -180,7 +180,7 @@ export function BulkBar({
         {pending?.target.kind === 'filter' ? (
           <p className="mono small">filter: {JSON.stringify(pending.target.filter)}</p>
         ) : null}
-        <Notice />
+        {pending?.action === 'retryAll' ? <Notice /> : null}
         {progress ? (
           <div className="progress" data-testid="bulk-progress" data-done={progress.done}>
             <progress

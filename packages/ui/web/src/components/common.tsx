@@ -84,7 +84,7 @@ export function Card({
 /** Nothing to show, said plainly. */
 export const Empty = ({ children }: { children: ReactNode }) => <p className="empty">{children}</p>;
 
-/** The sentence every action's confirmation carries (the server sends the same as `notice`). */
+/** The sentence a retry's confirmation carries (the server sends the same as its `notice`). */
 export const Notice = () => (
   <p className="notice" data-testid="retry-notice">
     {RETRY_NOTICE}

@@ -116,6 +116,8 @@ export function RunPage({ id: rawId, node: rawNode }: { id: string; node?: strin
   const [, navigate] = useLocation();
   const [view, setView] = useState<'graph' | 'list' | null>(null);
   const [action, setAction] = useState<'retryAll' | 'cancel' | null>(null);
+  // What the last action did, as the server said it (its `notice`), until another is chosen.
+  const [done, setDone] = useState<string | null>(null);
 
   const poll = usePoll();
   const run = useQuery({
@@ -131,8 +133,9 @@ export function RunPage({ id: rawId, node: rawNode }: { id: string; node?: strin
       a === 'cancel'
         ? post<CancelResponse>(`/runs/${seg(id)}/cancel`, {})
         : post<RetryResponse>(`/runs/${seg(id)}/retry`, { all: true }),
-    onSuccess: async () => {
+    onSuccess: async (answer) => {
       setAction(null);
+      setDone(answer.notice);
       await qc.invalidateQueries();
     },
   });
@@ -156,7 +159,10 @@ export function RunPage({ id: rawId, node: rawNode }: { id: string; node?: strin
           <button
             type="button"
             className="primary"
-            onClick={() => setAction('retryAll')}
+            onClick={() => {
+              setDone(null);
+              setAction('retryAll');
+            }}
             data-testid="retry-all"
           >
             Retry failed nodes ({retryable.length})
@@ -166,7 +172,10 @@ export function RunPage({ id: rawId, node: rawNode }: { id: string; node?: strin
           <button
             type="button"
             className="danger"
-            onClick={() => setAction('cancel')}
+            onClick={() => {
+              setDone(null);
+              setAction('cancel');
+            }}
             data-testid="cancel-run"
           >
             Cancel run
@@ -179,6 +188,11 @@ export function RunPage({ id: rawId, node: rawNode }: { id: string; node?: strin
         ) : null}
       </PageHeader>
       <ErrorBox error={run.error} />
+      {done ? (
+        <p className="notice" role="status" data-testid="action-notice">
+          {done}
+        </p>
+      ) : null}
       {r ? (
         <dl className="fields run-fields" data-testid="run-header">
           <dt>Workflow</dt>
@@ -300,7 +314,7 @@ export function RunPage({ id: rawId, node: rawNode }: { id: string; node?: strin
             goes back to running.
           </p>
         )}
-        <Notice />
+        {action === 'retryAll' ? <Notice /> : null}
         <ErrorBox error={act.error} />
       </ConfirmDialog>
     </div>

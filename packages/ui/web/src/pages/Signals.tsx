@@ -99,17 +99,14 @@ export function Signals() {
           {parseError ? <div className="error-box">{parseError}</div> : null}
           <ErrorBox error={send.error} />
           {send.data ? (
-            <p className="notice" role="status" data-testid="signal-result">
-              {send.data.accepted
-                ? `Signal “${send.data.name}” accepted.`
-                : `Signal “${send.data.name}” not accepted: the run already had one of that name.`}{' '}
-              {send.data.accepted && send.data.waitingNodes.length === 0 ? (
-                <span data-testid="signal-unheard">
-                  No node of this run waits for “{send.data.name}” (a misspelt name, or its wait
-                  node has finished); it is stored anyway.{' '}
-                </span>
-              ) : null}
-              <Link href={`/runs/${seg(send.data.runId)}`}>Open the run</Link>
+            <p
+              className="notice"
+              role="status"
+              data-testid="signal-result"
+              data-unheard={send.data.accepted && send.data.waitingNodes.length === 0}
+            >
+              {/* The server's sentence: sent, to which nodes, or that none waits for it. */}
+              {send.data.notice} <Link href={`/runs/${seg(send.data.runId)}`}>Open the run</Link>
             </p>
           ) : null}
         </Card>
