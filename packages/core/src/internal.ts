@@ -59,3 +59,4 @@ export {
   type UiWorker,
   type UiWorkflow,
 } from './ui-reader.js';
+export { NO_HEARTBEAT } from './worker.js';

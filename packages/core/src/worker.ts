@@ -36,6 +36,9 @@ import { Sweep } from './sweep.js';
 import { READY_COUNT_CAP, WorkerTelemetry } from './telemetry.js';
 import { makeWorkerPools } from './worker-pools.js';
 
+/** The `WorkerOptions` key of a worker without heartbeats; see `WorkerOptions[NO_HEARTBEAT]`. */
+export const NO_HEARTBEAT: unique symbol = Symbol('cyclone.noHeartbeat');
+
 /** Options of `Worker`. Durations are in milliseconds. */
 export interface WorkerOptions {
   client: Client;
@@ -53,8 +56,17 @@ export interface WorkerOptions {
    * (at-least-once; its completion is fenced out): raise it for such handlers.
    */
   leaseMs?: number;
-  /** Interval of the batched lease extension. Default leaseMs / 3. */
+  /**
+   * Interval of the batched lease extension. Default leaseMs / 3. Must be less than `leaseMs`
+   * (else a `ConfigError`): a lease extended less often than it lasts expires while its handler
+   * runs, and another worker runs the step again. Keep room for a missed beat (leaseMs / 2 or less).
+   */
   heartbeatIntervalMs?: number;
+  /**
+   * Cyclone's own tests only (`NO_HEARTBEAT` from `@cyclone/core/internal`): `true` makes a
+   * worker that never extends its leases, so that they expire while its handlers run.
+   */
+  [NO_HEARTBEAT]?: boolean;
   /**
    * Interval of the recovery sweep (±20 % jitter). Default 1,000 ms (one indexed statement).
    * Workers of one `Client` made with a caller-given pool, with the same interval and
@@ -175,11 +187,16 @@ export class Worker {
     };
     this.concurrency = Math.trunc(positive('concurrency', options.concurrency, 10));
     const leaseMs = positive('leaseMs', options.leaseMs, 5_000);
-    const heartbeatIntervalMs = positive(
-      'heartbeatIntervalMs',
-      options.heartbeatIntervalMs,
-      leaseMs / 3,
-    );
+    // Without heartbeats: the longest interval a timer takes (24.8 days), none comes in a test.
+    const heartbeatIntervalMs = options[NO_HEARTBEAT]
+      ? MAX_TIMER_MS
+      : positive('heartbeatIntervalMs', options.heartbeatIntervalMs, leaseMs / 3);
+    if (!options[NO_HEARTBEAT] && heartbeatIntervalMs >= leaseMs) {
+      throw new ConfigError(
+        `heartbeatIntervalMs (${heartbeatIntervalMs}) must be less than leaseMs (${leaseMs}): ` +
+          'a lease extended less often than it lasts expires while its handler runs',
+      );
+    }
     const sweepIntervalMs = positive('sweepIntervalMs', options.sweepIntervalMs, 1_000);
     const sweepBatchSize = Math.trunc(positive('sweepBatchSize', options.sweepBatchSize, 1_000));
     const pollIntervalMs = positive('pollIntervalMs', options.pollIntervalMs, 1_000);

@@ -13,6 +13,7 @@ import {
 } from '@cyclone/testkit';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, newAction, newWorkflow, Worker } from '../src/index.js';
+import { NO_HEARTBEAT } from '../src/internal.js';
 import { createTestDb, type TestDb } from './support/db.js';
 import { captureLogger } from './support/logger.js';
 
@@ -106,7 +107,7 @@ describe('completion fencing', () => {
       workflows: [wf],
       concurrency: 1,
       leaseMs: 300,
-      heartbeatIntervalMs: 1_000_000_000,
+      [NO_HEARTBEAT]: true,
       sweepIntervalMs: 1_000_000_000,
       pollIntervalMs: 50,
       logger,

@@ -86,17 +86,41 @@ describe('limits', () => {
     expect(run.steps[0]).toMatchObject({ state: 'completed', output: { done: true }, errors: [] });
   });
 
+  it('a heartbeat interval not below the lease → ConfigError naming both', async () => {
+    const wf = newWorkflow('limits_beat', {
+      nodes: { only: { action: newAction('limits_beat', async () => null) } },
+    });
+    for (const heartbeatIntervalMs of [1_000, 1_500]) {
+      expect(
+        () => new Worker({ client, workflows: [wf], leaseMs: 1_000, heartbeatIntervalMs }),
+      ).toThrow(
+        new ConfigError(
+          `heartbeatIntervalMs (${heartbeatIntervalMs}) must be less than leaseMs (1000): ` +
+            'a lease extended less often than it lasts expires while its handler runs',
+        ),
+      );
+    }
+    // Only the interval given: the default lease (5,000 ms) applies.
+    expect(() => new Worker({ client, workflows: [wf], heartbeatIntervalMs: 5_000 })).toThrow(
+      /heartbeatIntervalMs \(5000\) must be less than leaseMs \(5000\)/,
+    );
+    await new Worker({ client, workflows: [wf], leaseMs: 1_000, heartbeatIntervalMs: 999 }).stop();
+  });
+
   it.each(['leaseMs', 'heartbeatIntervalMs', 'sweepIntervalMs', 'pollIntervalMs'] as const)(
     'Worker option %s beyond 2³¹ − 1 ms → ConfigError',
     async (option) => {
       const wf = newWorkflow('limits_noop', {
         nodes: { only: { action: newAction('limits_noop', async () => null) } },
       });
-      expect(() => new Worker({ client, workflows: [wf], [option]: MAX_TIMER_MS + 1 })).toThrow(
-        ConfigError,
-      );
-      // The limit itself is accepted (the worker is never started).
-      await new Worker({ client, workflows: [wf], [option]: MAX_TIMER_MS }).stop();
+      // The heartbeat interval must also stay below the lease: give it the longest lease.
+      const lease = option === 'heartbeatIntervalMs' ? { leaseMs: MAX_TIMER_MS } : {};
+      expect(
+        () => new Worker({ client, workflows: [wf], ...lease, [option]: MAX_TIMER_MS + 1 }),
+      ).toThrow(ConfigError);
+      // The limit itself is accepted (the worker is never started); the heartbeat's is just below.
+      const limit = option === 'heartbeatIntervalMs' ? MAX_TIMER_MS - 1 : MAX_TIMER_MS;
+      await new Worker({ client, workflows: [wf], ...lease, [option]: limit }).stop();
     },
   );
 });

@@ -5,6 +5,7 @@
  * until the quiet period is over.
  */
 import { Client, type Context, newAction, newWorkflow, type Worker } from '@cyclone/core';
+import { NO_HEARTBEAT } from '@cyclone/core/internal';
 import { waitFor } from '@cyclone/testkit';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { getLedgerEntry, once } from '../src/index.js';
@@ -59,7 +60,7 @@ async function zombieInFlight(input: Input): Promise<{ runId: string; key: strin
   const zombie = await startWorker(client, [ZombieFlow], {
     concurrency: 1, // its only slot stays busy: it claims nothing else
     leaseMs: 400,
-    heartbeatIntervalMs: 3_600_000,
+    [NO_HEARTBEAT]: true,
     sweepIntervalMs: 3_600_000,
   });
   workers.push(zombie);
