@@ -413,12 +413,16 @@ describe('the leaf completion on a completionTx', () => {
 
   it('a worker completes leaf and non-leaf steps on completionTx and in batches', async () => {
     await db.pool.query('CREATE TABLE IF NOT EXISTS public.leaf_rows (run_id uuid, node text)');
+    const seen = new Set<string>();
     const tx = newAction('leaf_tx', async (ctx) => {
       const t = await ctx.completionTx();
       await t.query('INSERT INTO public.leaf_rows (run_id, node) VALUES ($1, $2)', [
         ctx.runId,
         ctx.node,
       ]);
+      // The step pool's completions so far, prepared on this connection: which forms were sent.
+      const { rows } = await t.query('SELECT name FROM pg_prepared_statements');
+      for (const r of rows as { name: string }[]) seen.add(r.name.replace(/_[0-9a-f]{8}$/, ''));
       return null;
     });
     const TxChain = newWorkflow('leaf_tx_chain', {
@@ -449,5 +453,7 @@ describe('the leaf completion on a completionTx', () => {
     }
     const { rows } = await db.pool.query('SELECT count(*)::int AS n FROM public.leaf_rows');
     expect(rows[0].n).toBe(20);
+    expect(seen).toContain('cyclone_complete_step_on_tx_leaf');
+    expect(seen).toContain('cyclone_complete_step_on_tx');
   });
 });
