@@ -110,6 +110,8 @@ export class ClaimLoop {
   private readonly flow: FlowControl;
   /** Alternates which claim, plain or limited, a worker with limited actions runs first. */
   private limitedFirst = false;
+  /** The slots the last plain claim asked for (`claimPlain`). */
+  private asked = 0;
 
   constructor(
     /** Read by the loop's steps too. */
@@ -159,7 +161,8 @@ export class ClaimLoop {
           await this.waitForWake(Math.min(100 * 2 ** failures, 5_000));
           continue;
         }
-        if (got === want) continue;
+        // A shared claim asks for the slots free when its statement goes out, maybe more.
+        if (got >= Math.max(want, this.asked)) continue;
         // Slots left free: sleep until the next step is due. The next due time is read again
         // when nothing was claimed or the last read is a quarter second old; else the last read
         // stands (a busy loop would read it after every completion, and completions that release
@@ -281,6 +284,7 @@ export class ClaimLoop {
    * @returns how many were claimed.
    */
   private async claim(limit: number): Promise<number> {
+    this.asked = 0;
     if (!this.flow.active) return this.claimPlain(limit);
     this.limitedFirst = !this.limitedFirst;
     let got = 0;
@@ -319,17 +323,12 @@ export class ClaimLoop {
       nodeKeys: this.nodeKeys,
     };
     const t0 = parts.telemetry?.claimStarted();
+    this.asked = limit;
+    // Without limited actions the shared claim asks for the slots free when its statement goes
+    // out: those the worker's steps free while it waits go in the same statement.
+    const slots = this.flow.active ? () => limit : () => Math.max(limit, this.freeSlots());
     const rows = parts.sharedClaim
-      ? await parts.sharedClaim.claim(
-          config.workerId,
-          limit,
-          () => parts.isRunning(),
-          (err) =>
-            parts.log.warn(
-              { err: String(err) },
-              'claim failed on a data limit; claiming steps without their upstream outputs',
-            ),
-        )
+      ? await this.claimShared(parts.sharedClaim, slots)
       : await withConnection(parts.controlPool, async (c) => {
           // Known while the statement runs, so that stop() can cancel a claim that hangs.
           this.claimConn = c;
@@ -353,6 +352,23 @@ export class ClaimLoop {
     if (t0 !== undefined) parts.telemetry?.claimEnded(t0);
     this.startAll(rows);
     return rows.length;
+  }
+
+  /** The plain claim through the claim shared with the other workers on the pool. */
+  private async claimShared(shared: SharedClaim, slots: () => number): Promise<ClaimedStep[]> {
+    const { parts, config } = this;
+    const { rows, asked } = await shared.claim(
+      config.workerId,
+      slots,
+      () => parts.isRunning(),
+      (err) =>
+        parts.log.warn(
+          { err: String(err) },
+          'claim failed on a data limit; claiming steps without their upstream outputs',
+        ),
+    );
+    this.asked = asked;
+    return rows;
   }
 
   /** Starts each claimed step and keeps it in `inflight` until its outcome is recorded. */

@@ -5,6 +5,12 @@
  * 10 claims at most 10 steps per statement; ten of them on one pool would send ten statements
  * where one does. Each step then belongs to its worker alone: its lease owner, heartbeat and
  * fencing token are that worker's, as with its own claim.
+ *
+ * A request asks for the worker's free slots as they are when its statement goes out, not when it
+ * was queued: the slots its steps free while it waits behind the statement in flight go in the
+ * same claim, instead of each in a claim of its own. And each statement waits one turn of the
+ * event loop, so that the requests of the steps the last one started (which may have settled
+ * already) go with it.
  */
 import type pg from 'pg';
 import { cancelStatement } from './cancel.js';
@@ -13,14 +19,25 @@ import { PerPool } from './per-pool.js';
 import { type ClaimedStep, claimStepsShared } from './sql/claim.js';
 import type { SqlScope } from './sql/statement.js';
 
-/** A worker's request: up to `limit` steps for `workerId`, while `isRunning()`. */
+/** A worker's request: up to `slots()` steps for `workerId`, while `isRunning()`. */
 interface Request {
   workerId: string;
-  limit: number;
+  /** The worker's free slots, read when the statement is made. */
+  slots: () => number;
+  /** What `slots()` gave for this statement. */
+  asked: number;
   isRunning: () => boolean;
   onLimit: (err: unknown) => void;
-  resolve: (rows: ClaimedStep[]) => void;
+  resolve: (claimed: SharedClaimResult) => void;
   reject: (err: unknown) => void;
+}
+
+/** What a worker's request got. */
+export interface SharedClaimResult {
+  /** The steps leased to the worker. */
+  rows: ClaimedStep[];
+  /** The slots asked for: fewer rows than this means no more steps were claimable. */
+  asked: number;
 }
 
 /** What one shared claim serves: the same pool, schema, lease, workflows and nodes. */
@@ -45,24 +62,24 @@ export class SharedClaim {
   constructor(private readonly config: SharedClaimConfig) {}
 
   /**
-   * Up to `limit` steps leased to `workerId`, claimed with the other workers' requests in one
-   * statement. A worker that no longer runs when the statement is made gets none.
+   * Up to `slots()` steps leased to `workerId` (read when the statement is made, so the slots
+   * freed meanwhile count), claimed with the other workers' requests in one statement. A worker
+   * that no longer runs when the statement is made gets none.
    * @throws the claim statement's error (every worker of that statement gets it).
    * @param onLimit called (for the first worker of the statement) before the statement is sent again without the upstream outputs
    *   (`claimStepsWithoutUpstream`), when it failed on a size limit of PostgreSQL's.
    */
   claim(
     workerId: string,
-    limit: number,
+    slots: () => number,
     isRunning: () => boolean,
     onLimit: (err: unknown) => void,
-  ): Promise<ClaimedStep[]> {
+  ): Promise<SharedClaimResult> {
     return new Promise((resolve, reject) => {
-      this.queue.push({ workerId, limit, isRunning, onLimit, resolve, reject });
+      this.queue.push({ workerId, slots, asked: 0, isRunning, onLimit, resolve, reject });
       if (!this.flushing) {
         this.flushing = true;
-        // A turn of the event loop, so that the workers woken by one NOTIFY ask together.
-        setImmediate(() => void this.flush());
+        void this.flush();
       }
     });
   }
@@ -98,17 +115,24 @@ export class SharedClaim {
   /** Sends the queued requests as one statement, then the ones that came meanwhile. */
   private async flush(): Promise<void> {
     while (this.queue.length > 0) {
+      // A turn of the event loop first, so that the workers woken by one NOTIFY, and those whose
+      // steps the last statement started and which settled since, ask together.
+      await new Promise<void>((r) => setImmediate(r));
       const batch = this.queue;
       this.queue = [];
       const live: Request[] = [];
       const ids = new Set<string>();
       const later: Request[] = [];
       for (const r of batch) {
-        // A stopping worker is handed nothing new.
-        if (!(r.limit > 0 && r.isRunning())) r.resolve([]);
         // The rows are handed out by lease owner: two workers given the same workerId in one
         // statement would both get every row leased to it, and run it twice. One goes next time.
-        else if (ids.has(r.workerId)) later.push(r);
+        if (ids.has(r.workerId)) {
+          later.push(r);
+          continue;
+        }
+        r.asked = r.isRunning() ? r.slots() : 0;
+        // A stopping worker is handed nothing new.
+        if (!(r.asked > 0)) r.resolve({ rows: [], asked: r.asked });
         else {
           ids.add(r.workerId);
           live.push(r);
@@ -125,7 +149,7 @@ export class SharedClaim {
           if (list) list.push(row);
           else byWorker.set(owner, [row]);
         }
-        for (const r of live) r.resolve(byWorker.get(r.workerId) ?? []);
+        for (const r of live) r.resolve({ rows: byWorker.get(r.workerId) ?? [], asked: r.asked });
       } catch (err) {
         for (const r of live) r.reject(err);
       }
@@ -136,7 +160,7 @@ export class SharedClaim {
   private send(live: readonly Request[]): Promise<ClaimedStep[]> {
     const { pool, db, leaseMs, workflows, nodeKeys } = this.config;
     const workerIds = live.map((r) => r.workerId);
-    const params = { workflows, workerIds, slots: live.map((r) => r.limit), leaseMs, nodeKeys };
+    const params = { workflows, workerIds, slots: live.map((r) => r.asked), leaseMs, nodeKeys };
     return withConnection(pool, async (c) => {
       this.current = { workerIds: new Set(workerIds), conn: c };
       try {
