@@ -96,8 +96,14 @@ export class ClaimLoop {
   private finishing = 0;
   /** The connection of the claim statement in flight, if any (for `cancel`). */
   private claimConn: pg.ClientBase | undefined;
+  /** The connection of the next-due read in flight, which may overlap a claim (for `cancel`). */
+  private dueConn: pg.ClientBase | undefined;
   private wakeResolve: (() => void) | undefined;
   private wakePending = false;
+  /** The loop waits for a free slot: a step that settles wakes it. */
+  private slotWait = false;
+  /** The next-due read in flight (`idleWait`), if any. */
+  private dueRead: Promise<number> | undefined;
   /** Empty claims in a row while a step was due already (`idleWait`'s backoff). */
   private overdue = 0;
   /** When the next due step was last read (ms, this process's clock), and when it is due. */
@@ -173,7 +179,9 @@ export class ClaimLoop {
         await this.waitForWake(Math.min(wait, this.flow.waitMs() ?? wait));
         continue;
       }
+      this.slotWait = true;
       await this.waitForWake(this.config.pollIntervalMs);
+      this.slotWait = false;
     }
   }
 
@@ -190,6 +198,10 @@ export class ClaimLoop {
     }
     if (c && !(await cancelStatement(c))) {
       this.parts.log.warn({}, 'could not cancel the claim in flight');
+    }
+    const d = this.dueConn;
+    if (d && !(await cancelStatement(d))) {
+      this.parts.log.warn({}, 'could not cancel the next-due read in flight');
     }
   }
 
@@ -233,11 +245,32 @@ export class ClaimLoop {
    * to its claim, which stop() knows how to cancel; it is cancellable meanwhile too.
    */
   private async idleWait(): Promise<number> {
+    // Woken (a NOTIFY) since the claim: claim again at once rather than after the read.
+    if (this.wakePending) return 0;
+    // One read at a time: a wake leaves it running (below), and the next idle wait shares it.
+    this.dueRead ??= this.readDue().finally(() => {
+      this.dueRead = undefined;
+    });
+    const read = this.dueRead;
+    // A wake during the read ends the wait for it, its wakePending kept, so the loop claims at
+    // once instead of one read's round trips later; the read still records the due time.
+    const woken = new Promise<number>((resolve) => {
+      this.wakeResolve = () => resolve(0);
+    });
+    try {
+      return await Promise.race([read, woken]);
+    } finally {
+      this.wakeResolve = undefined;
+    }
+  }
+
+  /** `idleWait`'s read of the next due step: the wait it gives; never rejects. */
+  private async readDue(): Promise<number> {
     const { parts, config } = this;
     try {
       const read = () =>
         withTransaction(parts.controlPool, async (c) => {
-          this.claimConn = c;
+          this.dueConn = c;
           try {
             return await nextDueIn(c, parts.db, {
               workflows: this.workflowNames,
@@ -247,7 +280,7 @@ export class ClaimLoop {
               idleLimitMs: config.leaseMs,
             });
           } finally {
-            this.claimConn = undefined;
+            this.dueConn = undefined;
           }
         });
       // Workers sharing a claim share the read too (same workflows and nodes).
@@ -385,7 +418,9 @@ export class ClaimLoop {
   /** A step's handler settled (or will not run): its claim slot may be reused. */
   stepFinishing(): void {
     this.finishing++;
-    this.wake();
+    // Only a loop short of slots needs it: one that had slots left found nothing more to claim,
+    // and new work wakes it by NOTIFY (a claim and a next-due read fewer per step).
+    if (this.slotWait) this.wake();
   }
 
   /** A step's outcome is recorded (or given up): it leaves `inflight`. */

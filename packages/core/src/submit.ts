@@ -3,6 +3,7 @@
  * encode the input as stored JSON, chunk, insert the runs with their steps; a submit key's
  * conflict loop; run ids. A debounced submit goes to `debounce.ts` once validated.
  */
+import { randomFillSync } from 'node:crypto';
 import { v7 as uuidv7 } from 'uuid';
 import type { ZodType } from 'zod';
 import { type Db, isTransactionConflict, withTransaction } from './db.js';
@@ -104,18 +105,48 @@ const MAX_KEY_BYTES = 4096;
 const SUBMIT_MANY_CHUNK_RUNS = 1000;
 const SUBMIT_MANY_CHUNK_BYTES = 16 * 1024 * 1024;
 
+/** Random bytes for run ids, filled 256 ids at a time (`newRunId`). */
+const RANDOM_POOL = new Uint8Array(16 * 256);
+let randomUsed = RANDOM_POOL.length;
+
 /**
  * A new run id: a UUIDv7 (RFC 9562: 48-bit Unix ms timestamp, then random bits), so runs
  * created together sit together in the primary-key indexes of runs, steps and the ledger. With
  * random (v4) ids, every completion would touch a random leaf of indexes that outgrow the buffer
  * cache as history accumulates (`bench/README.md` row 7 measures throughput with such a history).
+ * Its random bits come from a pool filled by `randomFillSync`, each byte used once: one call
+ * into the random source per 256 ids instead of one per id, which cost a single submit about
+ * 40 µs when the process had been idle (`bench/README.md` row 5).
  */
 function newRunId(): string {
-  return uuidv7();
+  if (randomUsed === RANDOM_POOL.length) {
+    randomFillSync(RANDOM_POOL);
+    randomUsed = 0;
+  }
+  const random = RANDOM_POOL.subarray(randomUsed, randomUsed + 16);
+  randomUsed += 16;
+  return uuidv7({ random });
 }
 
-/** The per-node columns of `workflow`'s steps (`sql/submit.ts`), in the workflow's node order. */
+/** Each frozen workflow's step columns, made on its first submit. */
+const columnsOf = new WeakMap<object, StepColumns>();
+
+/**
+ * The per-node columns of `workflow`'s steps (`sql/submit.ts`), in the workflow's node order;
+ * made once for a frozen workflow (`newWorkflow` freezes it and its nodes), every time for any
+ * other object of that shape, which could change between submits.
+ */
 function stepColumns<RI>(workflow: SubmittableWorkflow<RI>): StepColumns {
+  if (!Object.isFrozen(workflow)) return makeStepColumns(workflow);
+  let columns = columnsOf.get(workflow);
+  if (columns === undefined) {
+    columns = makeStepColumns(workflow);
+    columnsOf.set(workflow, columns);
+  }
+  return columns;
+}
+
+function makeStepColumns<RI>(workflow: SubmittableWorkflow<RI>): StepColumns {
   const nodes = workflow.nodes;
   return {
     stepCount: nodes.length,
@@ -580,10 +611,12 @@ function encodeRunInput<RI>(
   input: RI,
 ): { text: string; hash: string } {
   const value = validateRunInput(workflow, input);
-  const { text } = wrapPayload(workflow.name, () =>
+  const encoded = wrapPayload(workflow.name, () =>
     encodePayload(value, scope.maxPayloadBytes, 'the run input'),
   );
-  return { text, hash: hashJson(JSON.parse(text) as Json) };
+  // The normalised value is the text's data (plain JSON, `__proto__` an own key as JSON.parse
+  // makes it), so its canonical JSON, and hash, are the text's: no parse of the text again.
+  return { text: encoded.text, hash: hashJson(encoded.value) };
 }
 
 /**
