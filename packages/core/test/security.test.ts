@@ -103,7 +103,7 @@ const REVIEWED: Reviewed[] = [
     file: 'core/src/sql/complete.ts',
     expression: 'extra',
     reason:
-      "completeFrom's extra select item: one of the two module constants NO_EXTRA and IDLE_LIMIT (the parameter's type allows only those), fixed SQL with a placeholder",
+      "the extra select item of completeFrom and completeLeafFrom: one of the module constants NO_EXTRA, IDLE_LIMIT and LEAF_IDLE_LIMIT (the parameters' types allow only those), fixed SQL with a placeholder",
   },
   {
     file: 'core/src/sql/complete.ts',
