@@ -57,9 +57,10 @@ export interface WorkerOptions {
    */
   leaseMs?: number;
   /**
-   * Interval of the batched lease extension. Default leaseMs / 3. Must be less than `leaseMs`
-   * (else a `ConfigError`): a lease extended less often than it lasts expires while its handler
-   * runs, and another worker runs the step again. Keep room for a missed beat (leaseMs / 2 or less).
+   * Interval of the batched lease extension. Default leaseMs / 3. At most `leaseMs / 2` (else a
+   * `ConfigError`): the next beat is timed from the end of the last one's statement, so an
+   * interval near the lease lets the lease lapse between beats and another worker runs the step
+   * again; half the lease leaves the other half for the statement and a late event loop.
    */
   heartbeatIntervalMs?: number;
   /**
@@ -191,10 +192,10 @@ export class Worker {
     const heartbeatIntervalMs = options[NO_HEARTBEAT]
       ? MAX_TIMER_MS
       : positive('heartbeatIntervalMs', options.heartbeatIntervalMs, leaseMs / 3);
-    if (!options[NO_HEARTBEAT] && heartbeatIntervalMs >= leaseMs) {
+    if (!options[NO_HEARTBEAT] && heartbeatIntervalMs > leaseMs / 2) {
       throw new ConfigError(
-        `heartbeatIntervalMs (${heartbeatIntervalMs}) must be less than leaseMs (${leaseMs}): ` +
-          'a lease extended less often than it lasts expires while its handler runs',
+        `heartbeatIntervalMs (${heartbeatIntervalMs}) must be at most half of leaseMs (${leaseMs}): ` +
+          'each beat is timed from the end of the last, so a longer interval lets the lease lapse while its handler runs',
       );
     }
     const sweepIntervalMs = positive('sweepIntervalMs', options.sweepIntervalMs, 1_000);

@@ -86,25 +86,25 @@ describe('limits', () => {
     expect(run.steps[0]).toMatchObject({ state: 'completed', output: { done: true }, errors: [] });
   });
 
-  it('a heartbeat interval not below the lease → ConfigError naming both', async () => {
+  it('a heartbeat interval above half the lease → ConfigError naming both', async () => {
     const wf = newWorkflow('limits_beat', {
       nodes: { only: { action: newAction('limits_beat', async () => null) } },
     });
-    for (const heartbeatIntervalMs of [1_000, 1_500]) {
+    for (const heartbeatIntervalMs of [501, 999, 1_000, 1_500]) {
       expect(
         () => new Worker({ client, workflows: [wf], leaseMs: 1_000, heartbeatIntervalMs }),
       ).toThrow(
         new ConfigError(
-          `heartbeatIntervalMs (${heartbeatIntervalMs}) must be less than leaseMs (1000): ` +
-            'a lease extended less often than it lasts expires while its handler runs',
+          `heartbeatIntervalMs (${heartbeatIntervalMs}) must be at most half of leaseMs (1000): ` +
+            'each beat is timed from the end of the last, so a longer interval lets the lease lapse while its handler runs',
         ),
       );
     }
     // Only the interval given: the default lease (5,000 ms) applies.
-    expect(() => new Worker({ client, workflows: [wf], heartbeatIntervalMs: 5_000 })).toThrow(
-      /heartbeatIntervalMs \(5000\) must be less than leaseMs \(5000\)/,
+    expect(() => new Worker({ client, workflows: [wf], heartbeatIntervalMs: 2_501 })).toThrow(
+      /heartbeatIntervalMs \(2501\) must be at most half of leaseMs \(5000\)/,
     );
-    await new Worker({ client, workflows: [wf], leaseMs: 1_000, heartbeatIntervalMs: 999 }).stop();
+    await new Worker({ client, workflows: [wf], leaseMs: 1_000, heartbeatIntervalMs: 500 }).stop();
   });
 
   it.each(['leaseMs', 'heartbeatIntervalMs', 'sweepIntervalMs', 'pollIntervalMs'] as const)(
@@ -118,8 +118,8 @@ describe('limits', () => {
       expect(
         () => new Worker({ client, workflows: [wf], ...lease, [option]: MAX_TIMER_MS + 1 }),
       ).toThrow(ConfigError);
-      // The limit itself is accepted (the worker is never started); the heartbeat's is just below.
-      const limit = option === 'heartbeatIntervalMs' ? MAX_TIMER_MS - 1 : MAX_TIMER_MS;
+      // The limit itself is accepted (the worker is never started); the heartbeat's is half the lease.
+      const limit = option === 'heartbeatIntervalMs' ? Math.floor(MAX_TIMER_MS / 2) : MAX_TIMER_MS;
       await new Worker({ client, workflows: [wf], ...lease, [option]: limit }).stop();
     },
   );
