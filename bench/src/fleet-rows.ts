@@ -22,7 +22,9 @@
  * mean count per poll by wait event. On a server with `pg_stat_statements` loaded (a throwaway
  * cluster, `DATABASE_URL`), it is reset when the backlog becomes due and the log gives each
  * fleet's statements by server time per run (planning time too when
- * `pg_stat_statements.track_planning` is on), rows per call and buffers per run.
+ * `pg_stat_statements.track_planning` is on), rows per call and buffers per run. With
+ * `BENCH_18_CPU_PROF=<dir>`, each fleet's first process runs with `--cpu-prof` into
+ * `<dir>/18f` or `<dir>/18b`.
  */
 import { Client } from '@cyclone/core';
 import type pg from 'pg';
@@ -128,26 +130,34 @@ async function drainFleet(ctx: BenchContext, fleet: Fleet, runs: number): Promis
     await ctx.admin.waitIdle(db);
     const before = await ctx.admin.counters(db);
     const workers = fleet.processes * fleet.workersPerProcess;
+    // A measurement aid: BENCH_18_CPU_PROF=<dir> profiles each fleet's first process.
+    const profDir = process.env.BENCH_18_CPU_PROF;
     const children = Array.from(
       { length: fleet.processes },
-      () =>
-        new ChildWorker({
-          system: 'cyclone',
-          mode: 'drain',
-          url,
-          variant: 'tuned',
-          workload: 'noop',
-          // Never reached by one process: the harness ends the drain with STOP.
-          expected: runs + 1,
-          capMs: 900_000,
-          cyclone: {
-            concurrency: fleet.concurrency,
-            workers: fleet.workersPerProcess,
-            sharedPoolSize: POOL_PER_PROCESS,
-            listen: false,
-            pollIntervalMs: POLL_MS,
+      (_, i) =>
+        new ChildWorker(
+          {
+            system: 'cyclone',
+            mode: 'drain',
+            url,
+            variant: 'tuned',
+            workload: 'noop',
+            // Never reached by one process: the harness ends the drain with STOP.
+            expected: runs + 1,
+            capMs: 900_000,
+            cyclone: {
+              concurrency: fleet.concurrency,
+              workers: fleet.workersPerProcess,
+              sharedPoolSize: POOL_PER_PROCESS,
+              listen: false,
+              pollIntervalMs: POLL_MS,
+            },
           },
-        }),
+          undefined,
+          profDir && i === 0
+            ? ['--cpu-prof', `--cpu-prof-dir=${profDir}/${fleet.id}`, '--cpu-prof-interval=200']
+            : [],
+        ),
     );
     try {
       await Promise.all(children.map((c) => c.waitFor('@READY', START_TIMEOUT_MS)));
