@@ -86,6 +86,9 @@ export class CompletionBatcher {
 
   private async send(batch: BatchEntry[]): Promise<void> {
     const only = batch.length === 1 ? batch[0] : undefined;
+    // Rows locked in one order by every batch, and by an operator action waiting for a run's
+    // steps (sql/runs.ts lockStepsWaitingSql): many steps of one run in two batches never deadlock.
+    if (!only) batch.sort(byStep);
     // A batch of one (an idle worker completes at once) goes in the form PostgreSQL plans once.
     // Either statement takes the leaf form when every step is a leaf.
     const rows = only
@@ -124,6 +127,12 @@ export class CompletionBatcher {
       this.flushing = false;
     }
   }
+}
+
+/** Run id, then node, by UTF-16 code units (PostgreSQL's `COLLATE "C"` for the ASCII names). */
+function byStep(a: BatchEntry, b: BatchEntry): number {
+  if (a.runId !== b.runId) return a.runId < b.runId ? -1 : 1;
+  return a.node < b.node ? -1 : a.node > b.node ? 1 : 0;
 }
 
 /** Resolves an entry's promise, dropping its resolvers (the entry may be added again). */

@@ -9,8 +9,10 @@
  * of one run), so an operator action never waits for a row while it holds another: it takes them
  * all at once without waiting (`SKIP LOCKED`); if one is held, it lets go of everything, waits
  * for that row alone in a new transaction, and tries again. A transaction that waits while
- * holding nothing cannot be part of a deadlock. After `MAX_ROUNDS` such rounds it waits for each
- * lock in turn (steps in topological order, then the run), run again on a deadlock.
+ * holding nothing cannot be part of a deadlock. That takes every row free at one instant, which a
+ * busy run (hundreds of steps claimed and completed each second) may never offer: after
+ * `ROUNDS_MS` (or `MAX_ROUNDS` rounds) it waits for each lock in turn instead (steps in
+ * topological order, then the run), run again on a deadlock.
  */
 import type pg from 'pg';
 import { type Db, withTransactionRetried } from './db.js';
@@ -24,6 +26,9 @@ const MAX_TRIES = 5;
 
 /** Rounds of "lock all without waiting, else wait for the held row" before waiting in turn. */
 const MAX_ROUNDS = 50;
+
+/** Time for such rounds before waiting in turn: a busy run never has all its rows free at once. */
+const ROUNDS_MS = 200;
 
 /** `Client.retry`: reopens one discarded or cancelled node of the run. */
 export function retry(db: Db, runId: string, node: string): Promise<string[]> {
@@ -124,9 +129,10 @@ async function inRunTx<T>(
   fn: (c: pg.PoolClient, run: runsSql.LockedRun) => Promise<T>,
 ): Promise<T> {
   let busy: { node: string } | { run: true } | undefined;
+  const start = Date.now();
   for (let round = 1; ; round++) {
     const held = busy;
-    const last = round >= MAX_ROUNDS;
+    const last = round >= MAX_ROUNDS || Date.now() - start >= ROUNDS_MS;
     const result = await withTransactionRetried(
       db.pool,
       async (c): Promise<{ done: T } | { busy: { node: string } | { run: true } }> => {

@@ -44,6 +44,16 @@ const Completing = newWorkflow('oplock_ok', {
   },
 });
 
+// A fan-out whose steps are claimed and completed hundreds a second: some step row is nearly
+// always held by a claim, a completion batch or a heartbeat for a moment.
+const slow = newAction('oplock_slow', async () => ({}));
+const fanNodes: Record<string, { action: typeof slow; after?: string[] }> = {
+  root: { action: slow },
+};
+for (let i = 0; i < 5_000; i++)
+  fanNodes[`n${String(i).padStart(4, '0')}`] = { action: slow, after: ['root'] };
+const BusyFan = newWorkflow('oplock_busy_fan', { nodes: fanNodes });
+
 describe('operator lock order', () => {
   let db: TestDb;
   let client: Client;
@@ -211,6 +221,46 @@ describe('operator lock order', () => {
       c.release();
     }
   };
+
+  it('cancel of a busy fan-out (5,000 no-op steps, 2 workers × 100) gets in while it runs', async () => {
+    // Taking every row at once (SKIP LOCKED) would wait for an instant with all 5,001 rows free,
+    // which a busy run may not offer before it ends; the action then waits for each in turn.
+    const workers = [1, 2].map(
+      () => new Worker({ client, workflows: [BusyFan], concurrency: 100, pollIntervalMs: 50 }),
+    );
+    try {
+      for (const w of workers) await w.start();
+      const { runId } = await client.submit(BusyFan, {});
+      // Until the fan-out is under way: root done, its nodes being claimed and completed.
+      for (let i = 0; i < 200; i++) {
+        const { rows } = await db.pool.query<{ n: number }>(
+          "SELECT count(*)::int AS n FROM cyclone.cyclone_steps WHERE run_id = $1 AND state = 'completed'",
+          [runId],
+        );
+        if ((rows[0]?.n ?? 0) >= 300) break;
+        await sleep(25);
+      }
+      const t0 = Date.now();
+      await client.cancel(runId);
+      const tookMs = Date.now() - t0;
+      const run = await client.getRun(runId);
+      expect(run.state).toBe('cancelled');
+      const cancelled = run.steps.filter((s) => s.state === 'cancelled').length;
+      // It came before the end: the run was not completed under it (InvalidStateError).
+      expect(cancelled).toBeGreaterThan(0);
+      expect(tookMs).toBeLessThan(5_000);
+      const { rows } = await db.pool.query<{ active: number; remaining: number; open: number }>(
+        `SELECT r.steps_active AS active, r.steps_remaining AS remaining,
+                (SELECT count(*)::int FROM cyclone.cyclone_steps s
+                 WHERE s.run_id = r.id AND s.state NOT IN ('completed', 'skipped')) AS open
+         FROM cyclone.cyclone_runs r WHERE r.id = $1`,
+        [runId],
+      );
+      expect(rows[0]).toEqual({ active: 0, remaining: rows[0]?.open, open: rows[0]?.open });
+    } finally {
+      for (const w of workers) await w.stop({ graceMs: 5_000 });
+    }
+  });
 
   it("a worker's order (a step row, then the run row) racing a cancel: both go through", async () => {
     const got = await racing(

@@ -71,14 +71,15 @@ export const waitForRunSql = (s: string) =>
 /**
  * The fallback of an operator action that kept finding rows held: every step row of run $1,
  * waiting, in topological order (an upstream before its downstream nodes, as a completion locks
- * the step it completes before the downstream rows it releases), then node order.
- * `lockRunWaitingSql` follows. A deadlock is still possible here (a completion batch locks its
- * steps of one run in no set order; retention and debounce lock a run row before its steps),
- * and the operator's transaction is then run again.
+ * the step it completes before the downstream rows it releases), then node order by bytes (the
+ * order a completion batch locks its steps in, completion-batcher.ts), so a busy run's many
+ * steps in flight do not deadlock with it. `lockRunWaitingSql` follows. A deadlock is still
+ * possible here (a batch holding steps of one run at different depths; retention and debounce
+ * lock a run row before its steps), and the operator's transaction is then run again.
  */
 export const lockStepsWaitingSql = (s: string) =>
   `SELECT node, state FROM ${s}.cyclone_steps WHERE run_id = $1
-       ORDER BY cardinality(ancestors), node FOR UPDATE`;
+       ORDER BY cardinality(ancestors), node COLLATE "C" FOR UPDATE`;
 
 /**
  * Locks run $1's row, waiting, after `lockStepsWaitingSql`. `NO KEY`: a signal holds the row `FOR
