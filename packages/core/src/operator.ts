@@ -5,8 +5,8 @@
  *
  * Lock order: workers lock step rows, then run rows (completion, failure, sweep); a signal locks
  * the run row (`FOR KEY SHARE`), then its wait steps; retention locks the run row, then deletes
- * its steps. No one order fits all of them (a completion batch does not even order its own steps
- * of one run), so an operator action never waits for a row while it holds another: it takes them
+ * its steps. No one order fits all of them (a completion batch orders a run's steps by node, not
+ * by depth), so an operator action never waits for a row while it holds another: it takes them
  * all at once without waiting (`SKIP LOCKED`); if one is held, it lets go of everything, waits
  * for that row alone in a new transaction, and tries again. A transaction that waits while
  * holding nothing cannot be part of a deadlock. That takes every row free at one instant, which a
