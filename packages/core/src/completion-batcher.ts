@@ -2,8 +2,10 @@
  * Group commit for completions without a `completionTx`, so that a busy worker sends one
  * statement per batch instead of one per step: while one batch statement is in flight,
  * completions queue; when it returns, everything queued goes out in the next single statement
- * (`completeSteps`). An idle worker therefore completes at once. Each step stays fenced on its
- * attempt.
+ * (`completeSteps`). The first statement after an idle moment waits one turn of the event loop,
+ * so that steps settling together (a claim's steps, several workers' on one pool) go in it
+ * together rather than the first alone; an idle worker's lone step still completes at once.
+ * Each step stays fenced on its attempt.
  */
 import type pg from 'pg';
 import { isConnectionError } from './db.js';
@@ -80,7 +82,10 @@ export class CompletionBatcher {
     const p = new Promise<0 | 1>(keepResolvers);
     adding = undefined;
     this.queue.push(entry);
-    if (!this.flushing) void this.flush();
+    if (!this.flushing) {
+      this.flushing = true;
+      setImmediate(this.startFlush);
+    }
     return p;
   }
 
@@ -105,6 +110,11 @@ export class CompletionBatcher {
     for (const p of batch)
       settle(p, done.has(`${p.runId}\u0000${p.node}\u0000${p.attempt}`) ? 1 : 0);
   }
+
+  /** `flush`, made once: `add` schedules it for the next turn of the event loop. */
+  private readonly startFlush = (): void => {
+    void this.flush();
+  };
 
   private async flush(): Promise<void> {
     this.flushing = true;
