@@ -9,7 +9,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, type NodeSpec, newAction, newWorkflow, Worker } from '../src/index.js';
-import { createTestDb, type TestDb } from './support/db.js';
+import { createTestDb, deadlockCount, type TestDb } from './support/db.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const P = Array.from({ length: 8 }, (_, i) => `p${i}`);
@@ -51,14 +51,7 @@ describe('completion lock order', () => {
   });
 
   it('three workers completing the fan-in of 300 runs at once: no deadlock, no failed run', async () => {
-    const deadlocks = async () =>
-      Number(
-        (
-          await db.pool.query<{ deadlocks: string }>(
-            'SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()',
-          )
-        ).rows[0]?.deadlocks,
-      );
+    const deadlocks = () => deadlockCount(db.pool);
     const before = await deadlocks();
     const { runIds } = await client.submitMany(
       Flow,

@@ -8,7 +8,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Client, InvalidStateError, newAction, newWorkflow, Worker } from '../src/index.js';
-import { createTestDb, type TestDb } from './support/db.js';
+import { createTestDb, deadlockCount, type TestDb } from './support/db.js';
 import { captureLogger } from './support/logger.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -68,14 +68,7 @@ describe('operator lock order', () => {
   });
 
   it('cancel, retry and retryAll racing failing and completing workers: no deadlock, consistent end state', async () => {
-    const deadlocks = async () =>
-      Number(
-        (
-          await db.pool.query<{ deadlocks: string }>(
-            'SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()',
-          )
-        ).rows[0]?.deadlocks,
-      );
+    const deadlocks = () => deadlockCount(db.pool);
     const before = await deadlocks();
     const failingRuns = (
       await client.submitMany(
