@@ -107,6 +107,24 @@ const REVIEWED: Reviewed[] = [
   },
   {
     file: 'core/src/sql/complete.ts',
+    expression: 'returning',
+    reason:
+      "doneUpdate's returned columns: one of the two module constants FULL_RETURNING and LEAF_RETURNING (the parameter's type allows only those), fixed SQL",
+  },
+  {
+    file: 'core/src/sql/complete.ts',
+    expression: 'doneUpdate(s, to, FULL_RETURNING)',
+    reason:
+      "the full completion's fenced step transition: the module builder doneUpdate given the quoted schema, the target state constant and a fixed column list",
+  },
+  {
+    file: 'core/src/sql/complete.ts',
+    expression: 'doneUpdate(s, to, LEAF_RETURNING)',
+    reason:
+      "the leaf completion's fenced step transition: the module builder doneUpdate given the quoted schema, the target state constant and a fixed column list",
+  },
+  {
+    file: 'core/src/sql/complete.ts',
     expression: 'from(s)',
     reason:
       "completeFrom's result clause: one of the two module builders FROM_DONE and FROM_DONE_OR_FENCED_OUT (the parameter's type allows only those), given the quoted schema",

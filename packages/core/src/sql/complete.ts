@@ -55,6 +55,32 @@ const BATCH_INPUT = `SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4:
 const ONE_INPUT = `SELECT $1::uuid AS run_id, $2::text AS node, $3::int AS attempt,
     $4::jsonb AS output`;
 
+/**
+ * The fenced step transition both completion forms start with (their `done` CTE): each step of
+ * `input` still `running` at its attempt moves to `to`, its lease cleared; `returning` is
+ * FULL_RETURNING or LEAF_RETURNING.
+ */
+const doneUpdate = (
+  s: string,
+  to: typeof COMPLETED | typeof SKIPPED,
+  returning: typeof FULL_RETURNING | typeof LEAF_RETURNING,
+) => `UPDATE ${s}.cyclone_steps t
+  SET state = ${to}, output = i.output, completed_at = now(), updated_at = now(),
+      lease_owner = NULL, lease_expires_at = NULL
+  FROM input i
+  WHERE t.run_id = i.run_id AND t.node = i.node AND t.attempt = i.attempt AND t.state = 'running'
+  RETURNING ${returning}`;
+/** The full form's `done` rows: with the downstream nodes to release. */
+const FULL_RETURNING = 't.run_id, t.node, t.attempt, t.downstream';
+/**
+ * The leaf form's `done` rows; a step that has downstream nodes after all fails the statement
+ * (see `completeLeafFrom`).
+ */
+const LEAF_RETURNING = `t.run_id, t.node,
+    CASE WHEN cardinality(t.downstream) = 0 THEN t.attempt
+         ELSE ('cyclone: leaf completion of step ' || t.node || ' of run ' || t.run_id
+               || ', which has downstream nodes')::int END AS attempt`;
+
 /** The completion statement over the steps `input` selects (BATCH_INPUT or ONE_INPUT). */
 const completeFrom = (
   s: string,
@@ -66,12 +92,7 @@ const completeFrom = (
 WITH input AS (
   ${input}
 ), done AS (
-  UPDATE ${s}.cyclone_steps t
-  SET state = ${to}, output = i.output, completed_at = now(), updated_at = now(),
-      lease_owner = NULL, lease_expires_at = NULL
-  FROM input i
-  WHERE t.run_id = i.run_id AND t.node = i.node AND t.attempt = i.attempt AND t.state = 'running'
-  RETURNING t.run_id, t.node, t.attempt, t.downstream
+  ${doneUpdate(s, to, FULL_RETURNING)}
 ), edges AS (
   SELECT d.run_id, x.node, count(*)::int AS n
   FROM done d, unnest(d.downstream) AS x(node)
@@ -149,15 +170,7 @@ const completeLeafFrom = (
 WITH input AS (
   ${input}
 ), done AS (
-  UPDATE ${s}.cyclone_steps t
-  SET state = ${to}, output = i.output, completed_at = now(), updated_at = now(),
-      lease_owner = NULL, lease_expires_at = NULL
-  FROM input i
-  WHERE t.run_id = i.run_id AND t.node = i.node AND t.attempt = i.attempt AND t.state = 'running'
-  RETURNING t.run_id, t.node,
-    CASE WHEN cardinality(t.downstream) = 0 THEN t.attempt
-         ELSE ('cyclone: leaf completion of step ' || t.node || ' of run ' || t.run_id
-               || ', which has downstream nodes')::int END AS attempt
+  ${doneUpdate(s, to, LEAF_RETURNING)}
 ), per_run AS (
   SELECT d.run_id, count(*)::int AS completed
   FROM done d GROUP BY d.run_id
