@@ -423,12 +423,18 @@ export class ClaimLoop {
     if (this.slotWait) this.wake();
   }
 
-  /** A step's outcome is recorded (or given up): it leaves `inflight`. */
+  /**
+   * A step's outcome is recorded (or given up): it leaves `inflight`, and the loop claims again if
+   * that may find something: it waits for a slot, the step failed or snoozed (its next attempt's
+   * time), released downstream nodes (a worker without LISTEN), or freed a limit's slot. A leaf
+   * that completed does none of these, so an idle worker sends no empty claim and next-due read
+   * after each step.
+   */
   stepDone(step: Step): void {
     if (step.finishing) this.finishing--;
     const { inflight } = this.parts;
     inflight.delete(step);
-    this.wake();
+    if (this.slotWait || !step.endedQuietly || this.flow.active) this.wake();
   }
 
   /**
@@ -471,6 +477,8 @@ class Step extends StepAbort implements StepHandle, ExecuteParts, Attempt, Conte
   readonly attempt: number;
   /** `BatchEntry.leaf`: from the claimed row. */
   readonly leaf: boolean;
+  /** A leaf, completed or skipped: its outcome released nothing (`ClaimLoop.stepDone`). */
+  endedQuietly = false;
   done!: Promise<void>;
   finishing = false;
   readonly workflow: Workflow<unknown>;
@@ -576,10 +584,10 @@ class Step extends StepAbort implements StepHandle, ExecuteParts, Attempt, Conte
     try {
       // Observed from here to the recorded outcome: the handler runs in the step's span.
       const observation = parts.telemetry?.beginStep(this.row);
+      let recorded: Recorded;
       if (!observation) {
-        await this.run();
+        recorded = await this.run();
       } else {
-        let recorded: Recorded;
         try {
           recorded = await observation.run(() => this.run());
         } catch (err) {
@@ -588,6 +596,8 @@ class Step extends StepAbort implements StepHandle, ExecuteParts, Attempt, Conte
         }
         observation.end(recorded);
       }
+      this.endedQuietly =
+        this.leaf && (recorded.outcome === 'completed' || recorded.outcome === 'skipped');
     } catch (err) {
       parts.log.error(
         { err: String(err), runId: this.runId, node: this.node },
