@@ -102,8 +102,10 @@ export class ClaimLoop {
   private wakePending = false;
   /** The loop waits for a free slot: a step that settles wakes it. */
   private slotWait = false;
-  /** The next-due read in flight (`idleWait`), if any. */
-  private dueRead: Promise<number> | undefined;
+  /** The next-due read in flight (`idleWait`), if any, and when it began (Infinity until then). */
+  private dueRead: { startedAt: number; result: Promise<number> } | undefined;
+  /** `performance.now()` at the last wake: a next-due read begun before may not see its cause. */
+  private wokenAt = Number.NEGATIVE_INFINITY;
   /** Empty claims in a row while a step was due already (`idleWait`'s backoff). */
   private overdue = 0;
   /** When the next due step was last read (ms, this process's clock), and when it is due. */
@@ -143,6 +145,7 @@ export class ClaimLoop {
 
   /** Ends the current wait (or the next one) at once. */
   wake(): void {
+    this.wokenAt = performance.now();
     this.wakePending = true;
     this.wakeResolve?.();
   }
@@ -247,11 +250,26 @@ export class ClaimLoop {
   private async idleWait(): Promise<number> {
     // Woken (a NOTIFY) since the claim: claim again at once rather than after the read.
     if (this.wakePending) return 0;
-    // One read at a time: a wake leaves it running (below), and the next idle wait shares it.
-    this.dueRead ??= this.readDue().finally(() => {
-      this.dueRead = undefined;
-    });
-    const read = this.dueRead;
+    // One read at a time: a wake leaves it running (below), and the next idle wait shares it,
+    // unless it began before the last wake: its snapshot may predate what woke the loop (a step
+    // due soon that the claim could not take yet), so a new read follows it.
+    let cur = this.dueRead;
+    if (cur === undefined || cur.startedAt <= this.wokenAt) {
+      const before = cur?.result;
+      const next: { startedAt: number; result: Promise<number> } = {
+        startedAt: Number.POSITIVE_INFINITY,
+        result: Promise.resolve(0),
+      };
+      const start = () => {
+        next.startedAt = performance.now();
+        return this.readDue(this.wokenAt);
+      };
+      next.result = (before ? before.then(start) : start()).finally(() => {
+        if (this.dueRead === next) this.dueRead = undefined;
+      });
+      this.dueRead = cur = next;
+    }
+    const read = cur.result;
     // A wake during the read ends the wait for it, its wakePending kept, so the loop claims at
     // once instead of one read's round trips later; the read still records the due time.
     const woken = new Promise<number>((resolve) => {
@@ -264,8 +282,11 @@ export class ClaimLoop {
     }
   }
 
-  /** `idleWait`'s read of the next due step: the wait it gives; never rejects. */
-  private async readDue(): Promise<number> {
+  /**
+   * `idleWait`'s read of the next due step: the wait it gives; never rejects. A shared read
+   * begun at or before `notBefore` (the last wake) is not joined.
+   */
+  private async readDue(notBefore: number): Promise<number> {
     const { parts, config } = this;
     try {
       const read = () =>
@@ -284,7 +305,7 @@ export class ClaimLoop {
           }
         });
       // Workers sharing a claim share the read too (same workflows and nodes).
-      const dueIn = await (parts.sharedClaim ? parts.sharedClaim.nextDue(read) : read());
+      const dueIn = await (parts.sharedClaim ? parts.sharedClaim.nextDue(read, notBefore) : read());
       this.dueReadAt = Date.now();
       this.dueAt = dueIn === undefined ? undefined : this.dueReadAt + dueIn;
       if (dueIn === undefined) return config.pollIntervalMs;

@@ -87,19 +87,25 @@ export class SharedClaim {
   /**
    * The next due time as `read` gives it, or as the read already in flight for another worker
    * gives it: workers whose claims came back short together need one read between them, not one
-   * each (a step added after the read began wakes them by its NOTIFY all the same).
+   * each. A read in flight that began at or before `notBefore` (`performance.now()` of the
+   * caller's last wake) is not joined: its snapshot may predate the step that woke the caller.
    */
-  nextDue(read: () => Promise<number | undefined>): Promise<number | undefined> {
-    if (this.dueRead) return this.dueRead;
+  nextDue(
+    read: () => Promise<number | undefined>,
+    notBefore = Number.NEGATIVE_INFINITY,
+  ): Promise<number | undefined> {
+    const cur = this.dueRead;
+    if (cur && cur.startedAt > notBefore) return cur.result;
+    const startedAt = performance.now();
     const p = read().finally(() => {
-      if (this.dueRead === p) this.dueRead = undefined;
+      if (this.dueRead?.result === p) this.dueRead = undefined;
     });
-    this.dueRead = p;
+    this.dueRead = { startedAt, result: p };
     return p;
   }
 
-  /** The next-due read in flight, if any (`nextDue`). */
-  private dueRead: Promise<number | undefined> | undefined;
+  /** The next-due read in flight, if any (`nextDue`), and when it began. */
+  private dueRead: { startedAt: number; result: Promise<number | undefined> } | undefined;
 
   /**
    * Cancels the claim statement in flight if it claims for `workerId` (`ClaimLoop.cancel`); the
