@@ -88,7 +88,15 @@ export function toJson(value: unknown, path = '$', seen: Set<object> = new Set()
   }
   seen.add(obj);
   try {
-    if (Array.isArray(obj)) return obj.map((v, i) => toJson(v, `${path}[${i}]`, seen));
+    if (Array.isArray(obj)) {
+      // A hole becomes null, as in the JSON text: map would keep it, and the input hash
+      // (canonicalJson) would then differ from that of the stored text's data.
+      const arr: Json[] = new Array(obj.length);
+      for (let i = 0; i < obj.length; i++) {
+        arr[i] = i in obj ? toJson(obj[i], `${path}[${i}]`, seen) : null;
+      }
+      return arr;
+    }
     const proto = Object.getPrototypeOf(obj);
     if (proto !== Object.prototype && proto !== null) {
       throw new PayloadError(
