@@ -108,6 +108,8 @@ const SUBMIT_MANY_CHUNK_BYTES = 16 * 1024 * 1024;
 /** Random bytes for run ids, filled 256 ids at a time (`newRunId`). */
 const RANDOM_POOL = new Uint8Array(16 * 256);
 let randomUsed = RANDOM_POOL.length;
+/** The pool's bytes 6-9 of an id start its counter, as in uuid's v7. */
+const POOL_VIEW = new DataView(RANDOM_POOL.buffer);
 
 /**
  * A new run id: a UUIDv7 (RFC 9562: 48-bit Unix ms timestamp, then random bits), so runs
@@ -125,8 +127,21 @@ function newRunId(): string {
   }
   const random = RANDOM_POOL.subarray(randomUsed, randomUsed + 16);
   randomUsed += 16;
-  return uuidv7({ random });
+  // uuid keeps its ids in order within a millisecond only without options: kept here as it does.
+  const now = Date.now();
+  if (now > idMsecs) {
+    idMsecs = now;
+    idSeq = POOL_VIEW.getUint32(randomUsed - 10) & 0x7fffffff;
+  } else {
+    idSeq = (idSeq + 1) | 0;
+    if (idSeq === 0) idMsecs++;
+  }
+  return uuidv7({ random, msecs: idMsecs, seq: idSeq });
 }
+
+/** The last run id's millisecond and 31-bit counter (`newRunId`: ids in creation order). */
+let idMsecs = Number.NEGATIVE_INFINITY;
+let idSeq = 0;
 
 /** Each frozen workflow's step columns, made on its first submit. */
 const columnsOf = new WeakMap<object, StepColumns>();
