@@ -261,6 +261,8 @@ export class ClaimLoop {
         result: Promise.resolve(0),
       };
       const start = () => {
+        // The loop may have stopped while the read before ran: no read on a closing pool.
+        if (!this.parts.isRunning()) return Promise.resolve(this.config.pollIntervalMs);
         next.startedAt = performance.now();
         return this.readDue(this.wokenAt);
       };
