@@ -124,7 +124,7 @@ export class Completer {
         this.parts.counters.leaseLost++;
         attempt.log.warn(
           {},
-          'lease lost while the handler ran; the step belongs to another claim now',
+          'lease lost while the handler ran (the run was cancelled, or the step reclaimed or timed out); its outcome is not recorded',
         );
         return LEASE_LOST;
       default:

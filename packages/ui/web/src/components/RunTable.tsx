@@ -42,7 +42,7 @@ export function RunTable({
           <th>Submit key</th>
           <th className="num">Steps left</th>
           <th>Created</th>
-          <th>Completed</th>
+          <th>Finished</th>
           <th className="num">Duration</th>
         </tr>
       </thead>

@@ -209,7 +209,7 @@ export function RunPage({ id: rawId, node: rawNode }: { id: string; node?: strin
           <dd>
             <Time iso={r.createdAt} />
           </dd>
-          <dt>Completed</dt>
+          <dt>Finished</dt>
           <dd>
             <Time iso={r.completedAt} />
           </dd>
