@@ -15,6 +15,7 @@ import {
   completeStepsLeafSql,
   completeStepsSql,
 } from '../src/sql/complete.js';
+import { claimLimitedSql } from '../src/sql/flow.js';
 import { extendLeasesSql } from '../src/sql/heartbeat.js';
 import { preparedName } from '../src/sql/statement.js';
 import { sweepExpiredLeasesSql } from '../src/sql/sweep.js';
@@ -163,6 +164,9 @@ describe('the worker control connections', () => {
         expect(rows[0]?.enable_bitmapscan).toBe('off');
         const plans = await control.query<{ plan_cache_mode: string }>('SHOW plan_cache_mode');
         expect(plans.rows[0]?.plan_cache_mode).toBe('force_generic_plan');
+        // No JIT: a generic plan's estimate for a large backlog would compile every claim.
+        const jit = await control.query<{ jit: string }>('SHOW jit');
+        expect(jit.rows[0]?.jit).toBe('off');
         // The step pool (where handlers' completionTx queries run) keeps the server's setting.
         const steps = (worker as unknown as { pool: pg.Pool }).pool;
         const s = await steps.query<{ enable_bitmapscan: string }>('SHOW enable_bitmapscan');
@@ -252,6 +256,63 @@ describe('plans of the prepared statements', () => {
       const burstPlan = beatPlan.map((r) => r['QUERY PLAN']).join('\n');
       expect(burstPlan).not.toContain('Seq Scan on cyclone_steps');
       expect(burstPlan).not.toContain('Join Filter');
+    } finally {
+      await c.end();
+      await db.drop();
+    }
+  });
+});
+
+describe('plans of the claims', () => {
+  it('the claims lease each step by its primary key, never by hashing the table, under generic plans of analyzed tables with a finished history', async () => {
+    const db = await createTestDb();
+    const c = new pg.Client({ connectionString: db.url });
+    await c.connect();
+    try {
+      // A backlog that is most of the table, as after a burst of submissions: 5,000 finished
+      // steps, 20,000 claimable of flow 0 and 20,000 of a limited action.
+      await c.query(`
+        INSERT INTO cyclone.cyclone_runs (id, workflow, state, input, input_hash, steps_remaining,
+                                          steps_active, completed_at)
+        SELECT gen_random_uuid(), 'h', CASE WHEN g <= 40000 THEN 'running' ELSE 'completed' END,
+               '{}', 'x', CASE WHEN g <= 40000 THEN 1 ELSE 0 END,
+               CASE WHEN g <= 40000 THEN 1 ELSE 0 END, CASE WHEN g <= 40000 THEN NULL ELSE now() END
+        FROM generate_series(1, 45000) g;
+        INSERT INTO cyclone.cyclone_steps (run_id, node, workflow, action, state, attempt,
+                                           max_attempts, deps_remaining, flow, scheduled_at)
+        SELECT id, 'a', 'h', CASE WHEN n % 2 = 0 THEN 'h' ELSE 'lim' END,
+               CASE WHEN state = 'running' THEN 'available' ELSE 'completed' END, 0, 3, 0,
+               CASE WHEN state = 'running' AND n % 2 = 1 THEN 2 ELSE 0 END,
+               now() - interval '1 minute'
+        FROM (SELECT id, state, row_number() OVER () AS n FROM cyclone.cyclone_runs) r;
+        ANALYZE cyclone.cyclone_runs; ANALYZE cyclone.cyclone_steps;
+        SET plan_cache_mode = force_generic_plan;`);
+      const plan = async (name: string, text: string, args: string) => {
+        await c.query(`PREPARE ${name} AS ${text}`);
+        const { rows } = await c.query<{ 'QUERY PLAN': string }>(
+          `EXPLAIN EXECUTE ${name}(${args})`,
+        );
+        return rows.map((r) => r['QUERY PLAN']).join('\n');
+      };
+      // Joined to the claimed rows as a CTE (estimated at 10 % of the candidates), the UPDATE
+      // hashed all 45,000 steps on every claim.
+      const claim = await plan(
+        'p_claim',
+        claimStepsSql('cyclone'),
+        `'{h}', 500, 'w', 5000, '{h/a}'`,
+      );
+      if (process.env.SHOW_PLANS) console.log(claim);
+      expect(claim).not.toContain('Seq Scan on cyclone_steps');
+      expect(claim).not.toContain('Hash Join');
+      expect(claim).toMatch(/Update on cyclone_steps[\s\S]*Index Scan using cyclone_steps_pkey/);
+      const limited = await plan(
+        'p_claim_limited',
+        claimLimitedSql('cyclone'),
+        `'lim', '{h}', '{h/a}', 500, 'w', 5000, 10000, NULL, NULL, NULL, NULL, NULL, '', 100, 500`,
+      );
+      if (process.env.SHOW_PLANS) console.log(limited);
+      expect(limited).not.toContain('Seq Scan on cyclone_steps');
+      expect(limited).toMatch(/Update on cyclone_steps[\s\S]*Index Scan using cyclone_steps_pkey/);
     } finally {
       await c.end();
       await db.drop();

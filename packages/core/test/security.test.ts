@@ -69,12 +69,12 @@ const REVIEWED: Reviewed[] = [
     reason:
       "claimFrom's owner CTEs: one of the module builders NO_OWNERS and SHARED_OWNERS (constant text with placeholders $3 and $6), given the quoted schema",
   },
-  {
+  ...['owner.agg', 'owner.unnest', 'owner.column', 'owner.value'].map((expression) => ({
     file: 'core/src/sql/claim.ts',
-    expression: 'owner(s)',
+    expression,
     reason:
-      "claimFrom's lease owner: one of the module builders ONE_OWNER ('$3') and SHARED_OWNER ('w.id'), constant text",
-  },
+      "claimFrom's lease owner: a field of one of the module constants ONE_OWNER ('$3', nothing else) and SHARED_OWNER (the aggregate, unnest and column of w.id), constant text",
+  })),
   {
     file: 'core/src/sql/claim.ts',
     expression: 'claimed(s)',
