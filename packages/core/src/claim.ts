@@ -123,7 +123,10 @@ export class ClaimLoop {
   private limitedFirst = false;
   /** The slots the last plain claim asked for (`claimPlain`). */
   private asked = 0;
-  /** Until when a busy worker waits for more free slots before it claims (`gatherMs`). */
+  /**
+   * Until when a busy worker waits for more free slots before it claims (`gatherMs`): GATHER_MS
+   * after the first slot freed since the last claim; undefined while none was.
+   */
   private gatherUntil: number | undefined;
 
   constructor(
@@ -165,6 +168,7 @@ export class ClaimLoop {
       const gather = want > 0 ? this.gatherMs(want) : 0;
       if (want > 0 && gather === 0) {
         this.wakePending = false;
+        this.gatherUntil = undefined;
         let got: number;
         try {
           got = await this.claim(want);
@@ -201,20 +205,17 @@ export class ClaimLoop {
    * after the first of them was freed. Steps that end one at a time, as handlers that call other
    * services do, then cost a claim per tenth of the slots instead of a claim per step (a claim of
    * 1 step costs the server about as much as one of 20). A worker with half its slots or more free
-   * claims at once, so an idle worker's pickup does not wait.
+   * claims at once, so an idle worker's pickup does not wait; so does one woken for new work (a
+   * NOTIFY, a due step) with no slot freed since its last claim, as nothing is being gathered.
    */
   private gatherMs(want: number): number {
     const { concurrency, batchSize } = this.config;
     const running = this.parts.inflight.size - this.finishing;
     if (want >= Math.min(Math.ceil(concurrency / 10), batchSize) || running * 2 < concurrency) {
-      this.gatherUntil = undefined;
       return 0;
     }
     const now = performance.now();
-    this.gatherUntil ??= now + GATHER_MS;
-    if (now < this.gatherUntil) return this.gatherUntil - now;
-    this.gatherUntil = undefined;
-    return 0;
+    return this.gatherUntil !== undefined && now < this.gatherUntil ? this.gatherUntil - now : 0;
   }
 
   /**
@@ -470,6 +471,8 @@ export class ClaimLoop {
   /** A step's handler settled (or will not run): its claim slot may be reused. */
   stepFinishing(): void {
     this.finishing++;
+    // The gathering of freed slots counts from the first one freed since the last claim.
+    this.gatherUntil ??= performance.now() + GATHER_MS;
     // Only a loop short of slots needs it: one that had slots left found nothing more to claim,
     // and new work wakes it by NOTIFY (a claim and a next-due read fewer per step).
     if (this.slotWait) this.wake();
