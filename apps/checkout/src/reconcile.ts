@@ -11,7 +11,8 @@
  * Work in flight is not a discrepancy: an order is read before Stripe is listed (so whatever it
  * recorded is already at Stripe), and a payment or refund that Stripe has and the order has not
  * recorded yet is `pending` while the order's run is still running (its step may be about to
- * commit). Anything else is a discrepancy: a second charge, a charge nobody recorded, an amount
+ * commit), and so is a refund an order recorded after Stripe's refunds were listed (the first
+ * read had the order unrefunded). Anything else is a discrepancy: a second charge, a charge nobody recorded, an amount
  * that differs, a refund missing on one side. The report is a row of `checkout.reconciliations`,
  * written on the step's completion transaction, and the step's output.
  */
@@ -170,7 +171,11 @@ export function reconcileWorkflow(providers?: Providers, timings: Timings = timi
           continue;
         }
         if (refunds.length === 0 && o.status === 'refunded') {
-          problem('order_refunded_without_refund', `the order recorded ${o.refund_id}`);
+          // Refunded at Stripe and recorded after the listing (the first read had it unrefunded):
+          // the listing is older than the refund. Read before the listing, it is a discrepancy.
+          const earlier = before.get(orderId);
+          if (earlier !== undefined && earlier.status !== 'refunded') pending++;
+          else problem('order_refunded_without_refund', `the order recorded ${o.refund_id}`);
           continue;
         }
         matched++;

@@ -184,6 +184,35 @@ describe('reconcile-payments', () => {
     ]);
   });
 
+  it('counts a refund made and recorded while Stripe was being listed as pending, not as an order refunded without a refund', async () => {
+    const orderId = await place();
+    const view = await settled(orderId);
+    const paymentIntent = view.order.paymentIntent as string;
+    // Stripe's refunds are listed, then answered 1.5 s later: the refund below is made and
+    // recorded in that time, so the listing lacks it while the orders read after it have it.
+    const seen = fakes.stripe.requests.length;
+    fakes.stripe.inject(
+      { kind: 'delay', ms: 1_500 },
+      { route: 'any', method: 'GET', path: '/v1/refunds' },
+    );
+    const { runId } = await client.submit(reconcile, { fireAt: new Date().toISOString() });
+    await waitFor('the listing of refunds', () =>
+      fakes.stripe.requests
+        .slice(seen)
+        .some((r) => r.method === 'GET' && r.path.startsWith('/v1/refunds')),
+    );
+    const refund = await providers.stripe.refunds.create({ payment_intent: paymentIntent });
+    await db.pool.query(
+      "UPDATE checkout.orders SET status = 'refunded', refund_id = $2 WHERE order_id = $1",
+      [orderId, refund.id],
+    );
+    const run = await client.waitForRun(runId, { timeoutMs: 20_000 });
+    expect(run.state).toBe('completed');
+    const report = run.steps[0]?.output as unknown as ReconcileReport;
+    expect(report.discrepancies.filter((d) => d.orderId === orderId)).toEqual([]);
+    expect(report.pending).toBeGreaterThanOrEqual(1);
+  });
+
   it('finds a second charge, a charge for no order, an amount that differs, a payment and a refund missing on one side', async () => {
     const [twice, lost, changed, refundedBehind] = [
       await place(),

@@ -690,7 +690,7 @@ export function render(v: Verdict): string {
     ['unknown outcomes resolved', [f.unknownOutcomesResolved, ...how].join('\n')],
     [
       'payment reconciliations (every fire time)',
-      `${f.reconciliation.runs} runs, ${f.reconciliation.discrepancies} discrepancies${f.reconciliation.final ? `; the last matched ${f.reconciliation.final.matched} charges, ${f.reconciliation.final.refunds} refunds` : ''}`,
+      `${f.reconciliation.runs} runs, ${f.reconciliation.discrepancies} ${f.reconciliation.discrepancies === 1 ? 'discrepancy' : 'discrepancies'}${f.reconciliation.final ? `; the last matched ${f.reconciliation.final.matched} charges, ${f.reconciliation.final.refunds} refunds` : ''}`,
     ],
     ['wall time', `${f.wallSeconds.toFixed(1)} s`],
   );
