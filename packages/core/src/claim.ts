@@ -46,6 +46,8 @@ export interface StepHandle {
 /** The worker's counters the claim loop and its steps move (`WorkerStats`). */
 export interface ClaimCounters extends CompletionCounters {
   claimed: number;
+  /** Claims made (`WorkerStats.claims`). */
+  claims: number;
 }
 
 /** The longest a busy worker's free slots wait to be claimed together (ms; `gatherMs`). */
@@ -382,6 +384,7 @@ export class ClaimLoop {
 
   /** The limited claims (`FlowControl.claim`) of up to `limit` steps, each started. */
   private async claimLimited(limit: number): Promise<number> {
+    this.parts.counters.claims++;
     let rows: ClaimedStep[];
     try {
       rows = await this.flow.claim(limit);
@@ -409,6 +412,7 @@ export class ClaimLoop {
       nodeKeys: this.nodeKeys,
     };
     const t0 = parts.telemetry?.claimStarted();
+    parts.counters.claims++;
     this.asked = limit;
     // Without limited actions the shared claim asks for the slots free when its statement goes
     // out: those the worker's steps free while it waits go in the same statement.

@@ -118,7 +118,14 @@ export interface WorkerOptions {
 
 /** Counters since `start()`. */
 export interface WorkerStats {
+  /** Steps claimed. */
   claimed: number;
+  /**
+   * Claims made, each one statement (the limited claim of an action: one transaction), whether
+   * or not it found steps; with `claimed`, the steps a claim takes on average. A claim shared
+   * with the other workers on a caller-given pool counts once for each worker in it.
+   */
+  claims: number;
   completed: number;
   failed: number;
   /** Completions or failures refused by the fence: the lease had been lost. */
@@ -138,6 +145,7 @@ export class Worker {
   readonly workerId: string;
   readonly stats: WorkerStats = {
     claimed: 0,
+    claims: 0,
     completed: 0,
     failed: 0,
     leaseLost: 0,
