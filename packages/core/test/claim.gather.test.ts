@@ -81,7 +81,6 @@ describe('claims of a busy worker', () => {
       'SELECT count(*)::int AS claims, sum(steps)::int AS steps FROM claim_log',
     );
     const log = rows[0];
-    if (process.env.SHOW_CLAIMS) console.log(log, worker.stats);
     expect(log?.steps).toBe(runs);
     // The worker counts its claims, those that found nothing too.
     expect(worker.stats.claimed).toBe(runs);
@@ -146,7 +145,6 @@ describe('claims of a busy worker', () => {
       late.push(Number(rows[0]?.ms));
     }
     late.sort((a, b) => a - b);
-    if (process.env.SHOW_CLAIMS) console.log(late);
     // Waiting 20 ms after each wake made every one of them 21 ms late or more.
     expect(late[6]).toBeLessThan(15);
   });

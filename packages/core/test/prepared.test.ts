@@ -37,6 +37,13 @@ async function preparedNames(c: pg.PoolClient): Promise<string[]> {
   return rows.map((r) => r.name);
 }
 
+/** The plan of `text` prepared as `name` on `c`, executed with the literal arguments `args`. */
+async function planOf(c: pg.Client, name: string, text: string, args: string): Promise<string> {
+  await c.query(`PREPARE ${name} AS ${text}`);
+  const { rows } = await c.query<{ 'QUERY PLAN': string }>(`EXPLAIN EXECUTE ${name}(${args})`);
+  return rows.map((r) => r['QUERY PLAN']).join('\n');
+}
+
 async function runAll(client: Client, count: number, workerOptions: object = {}) {
   const worker = new Worker({ client, workflows: [Flow], concurrency: 5, ...workerOptions });
   await worker.start();
@@ -203,13 +210,7 @@ describe('plans of the prepared statements', () => {
         FROM cyclone.cyclone_runs;
         ANALYZE cyclone.cyclone_runs; ANALYZE cyclone.cyclone_steps;
         SET plan_cache_mode = force_generic_plan;`);
-      const plan = async (name: string, text: string, args: string) => {
-        await c.query(`PREPARE ${name} AS ${text}`);
-        const { rows } = await c.query<{ 'QUERY PLAN': string }>(
-          `EXPLAIN EXECUTE ${name}(${args})`,
-        );
-        return rows.map((r) => r['QUERY PLAN']).join('\n');
-      };
+      const plan = (name: string, text: string, args: string) => planOf(c, name, text, args);
       const complete = await plan(
         'p_complete',
         completeStepsSql('cyclone'),
@@ -287,13 +288,7 @@ describe('plans of the claims', () => {
         FROM (SELECT id, state, row_number() OVER () AS n FROM cyclone.cyclone_runs) r;
         ANALYZE cyclone.cyclone_runs; ANALYZE cyclone.cyclone_steps;
         SET plan_cache_mode = force_generic_plan;`);
-      const plan = async (name: string, text: string, args: string) => {
-        await c.query(`PREPARE ${name} AS ${text}`);
-        const { rows } = await c.query<{ 'QUERY PLAN': string }>(
-          `EXPLAIN EXECUTE ${name}(${args})`,
-        );
-        return rows.map((r) => r['QUERY PLAN']).join('\n');
-      };
+      const plan = (name: string, text: string, args: string) => planOf(c, name, text, args);
       // Joined to the claimed rows as a CTE (estimated at 10 % of the candidates), the UPDATE
       // hashed all 45,000 steps on every claim.
       const claim = await plan(
@@ -301,7 +296,6 @@ describe('plans of the claims', () => {
         claimStepsSql('cyclone'),
         `'{h}', 500, 'w', 5000, '{h/a}'`,
       );
-      if (process.env.SHOW_PLANS) console.log(claim);
       expect(claim).not.toContain('Seq Scan on cyclone_steps');
       expect(claim).not.toContain('Hash Join');
       expect(claim).toMatch(/Update on cyclone_steps[\s\S]*Index Scan using cyclone_steps_pkey/);
@@ -310,7 +304,6 @@ describe('plans of the claims', () => {
         claimLimitedSql('cyclone'),
         `'lim', '{h}', '{h/a}', 500, 'w', 5000, 10000, NULL, NULL, NULL, NULL, NULL, '', 100, 500`,
       );
-      if (process.env.SHOW_PLANS) console.log(limited);
       expect(limited).not.toContain('Seq Scan on cyclone_steps');
       expect(limited).toMatch(/Update on cyclone_steps[\s\S]*Index Scan using cyclone_steps_pkey/);
     } finally {
