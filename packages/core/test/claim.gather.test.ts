@@ -145,7 +145,9 @@ describe('claims of a busy worker', () => {
       late.push(Number(rows[0]?.ms));
     }
     late.sort((a, b) => a - b);
-    // Waiting 20 ms after each wake made every one of them 21 ms late or more.
-    expect(late[6]).toBeLessThan(15);
+    // Waiting 20 ms after each wake made every one of them 21 ms late or more (26.6 to 54.6 ms);
+    // claimed at once, the median was 7.7 ms. Three of twelve under 20 ms tells the two apart on
+    // a loaded machine too, where some claims come late for other reasons.
+    expect(late[2]).toBeLessThan(20);
   });
 });
