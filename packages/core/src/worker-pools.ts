@@ -35,7 +35,7 @@ export function makeWorkerPools(
 ): WorkerPools {
   const url = client.connectionString;
   if (!url) return { pool: client.pool, controlPool: client.pool, owned: false };
-  // The control pool runs the engine's own statements only (never a handler's query), with three
+  // The control pool runs the engine's own statements only (never a handler's query), with four
   // planner settings:
   // - no bitmap scans: right after a burst of submissions, before autovacuum has analyzed the
   //   table, the planner thinks the claimable backlog is tiny and would read all of it through
@@ -46,8 +46,12 @@ export function makeWorkerPools(
   // - no JIT compilation: a generic plan is costed for an unknown LIMIT (10 % of the candidates),
   //   so with 100,000 claimable steps the claim's estimate passed jit_above_cost and every claim
   //   was compiled anew (PostgreSQL 15 with LLVM: 135 ms instead of 20 for 500 steps, 29 instead
-  //   of 1 for 20).
-  // test/prepared.test.ts checks both plans. A session SET, not a startup option (PgBouncer
+  //   of 1 for 20);
+  // - no sequential scans where an index serves: a generic plan made while the tables were
+  //   empty (a worker started on a new schema) stays cached until they are analyzed, which
+  //   autovacuum may not do for a minute, or ever where it is off, and the claim's planned on
+  //   an empty table hashed a scan of every step version (claims 4x slower at 200,000 steps).
+  // test/prepared.test.ts checks these plans. A session SET, not a startup option (PgBouncer
   // refuses unknown startup parameters); not sent when prepared statements are off, the sign of
   // a transaction-pooling proxy, where a session setting would land on whichever server
   // connection runs it. Three connections: a claim and a completion batch in flight, and one
@@ -56,7 +60,7 @@ export function makeWorkerPools(
   const controlSql = client.db.prepare
     ? [
         {
-          text: 'SET enable_bitmapscan = off; SET plan_cache_mode = force_generic_plan; SET jit = off',
+          text: 'SET enable_bitmapscan = off; SET enable_seqscan = off; SET plan_cache_mode = force_generic_plan; SET jit = off',
         },
         {
           text: "SELECT set_config('idle_in_transaction_session_timeout', $1, false)",

@@ -174,6 +174,9 @@ describe('the worker control connections', () => {
         // No JIT: a generic plan's estimate for a large backlog would compile every claim.
         const jit = await control.query<{ jit: string }>('SHOW jit');
         expect(jit.rows[0]?.jit).toBe('off');
+        // No sequential scan where an index serves: plans made on empty tables stay cached.
+        const seq = await control.query<{ enable_seqscan: string }>('SHOW enable_seqscan');
+        expect(seq.rows[0]?.enable_seqscan).toBe('off');
         // The step pool (where handlers' completionTx queries run) keeps the server's setting.
         const steps = (worker as unknown as { pool: pg.Pool }).pool;
         const s = await steps.query<{ enable_bitmapscan: string }>('SHOW enable_bitmapscan');
@@ -183,6 +186,67 @@ describe('the worker control connections', () => {
         await client.close();
       }
     } finally {
+      await db.drop();
+    }
+  });
+});
+
+describe('plans on a table never analyzed', () => {
+  it("a worker's control connection keeps claiming and completing by the primary key after the table it planned on empty has grown", async () => {
+    const db = await createTestDb();
+    const client = new Client({ connectionString: db.url, poolSize: 1 });
+    const worker = new Worker({ client, workflows: [Flow] });
+    const fill = new pg.Client({ connectionString: db.url });
+    await fill.connect();
+    const control = await (worker as unknown as { controlPool: pg.Pool }).controlPool.connect();
+    try {
+      // Planned while the tables are empty (a worker started on a new schema): the generic plans
+      // stay cached on the connection until the statistics change, and autovacuum may not have
+      // analyzed the tables for a minute, or at all where it is off.
+      const statements = [
+        ['p_claim', claimStepsSql('cyclone'), `'{h}', 500, 'w', 5000, '{h/a}'`],
+        [
+          'p_claim_limited',
+          claimLimitedSql('cyclone'),
+          `'lim', '{h}', '{h/a}', 500, 'w', 5000, 10000, NULL, NULL, NULL, NULL, NULL, '', 100, 500`,
+        ],
+        ['p_complete', completeStepsSql('cyclone'), `'{}', '{}', '{}', '{}', 'ch'`],
+        ['p_complete_leaf', completeStepsLeafSql('cyclone'), `'{}', '{}', '{}', '{}'`],
+        ['p_beat', extendLeasesSql('cyclone'), `'{}', '{}', '{}', '{}', 5000`],
+      ] as const;
+      const plans = async () => {
+        const out: Record<string, string> = {};
+        for (const [name, , args] of statements) {
+          const { rows } = await control.query<{ 'QUERY PLAN': string }>(
+            `EXPLAIN EXECUTE ${name}(${args})`,
+          );
+          out[name] = rows.map((r) => r['QUERY PLAN']).join('\n');
+        }
+        return out;
+      };
+      for (const [name, text] of statements) await control.query(`PREPARE ${name} AS ${text}`);
+      await plans();
+      // Then 20,000 runs and their steps, finished and claimable, and no ANALYZE.
+      await fill.query(`
+        INSERT INTO cyclone.cyclone_runs (id, workflow, state, input, input_hash, steps_remaining,
+                                          steps_active)
+        SELECT gen_random_uuid(), 'h', 'running', '{}', 'x', 1, 1 FROM generate_series(1, 20000);
+        INSERT INTO cyclone.cyclone_steps (run_id, node, workflow, action, state, attempt,
+                                           max_attempts, deps_remaining, flow, scheduled_at)
+        SELECT id, 'a', 'h', CASE WHEN n % 2 = 0 THEN 'h' ELSE 'lim' END, 'available', 0, 3, 0,
+               CASE WHEN n % 2 = 1 THEN 2 ELSE 0 END, now() - interval '1 minute'
+        FROM (SELECT id, row_number() OVER () AS n FROM cyclone.cyclone_runs) r`);
+      const after = await plans();
+      for (const [name] of statements) {
+        // Planned for an empty table, the claim's UPDATE hashed a Seq Scan of every step.
+        expect(after[name], name).not.toContain('Seq Scan on cyclone_steps');
+        expect(after[name], name).not.toContain('Hash Join');
+      }
+    } finally {
+      control.release();
+      await fill.end();
+      await worker.stop();
+      await client.close();
       await db.drop();
     }
   });
