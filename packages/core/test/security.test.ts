@@ -63,24 +63,19 @@ const REVIEWED: Reviewed[] = [
     reason:
       "claimFrom's upstream column: one of the two module builders WITH_UPSTREAM and WITHOUT_UPSTREAM (the parameter's type allows only those), given the quoted schema",
   },
-  {
-    file: 'core/src/sql/claim.ts',
-    expression: 'owners(s)',
-    reason:
-      "claimFrom's owner CTEs: one of the module builders NO_OWNERS and SHARED_OWNERS (constant text with placeholders $3 and $6), given the quoted schema",
-  },
-  ...['owner.agg', 'owner.unnest', 'owner.column', 'owner.value'].map((expression) => ({
+  ...[
+    'shares.ctes',
+    'shares.rows',
+    'shares.agg',
+    'shares.unnest',
+    'shares.column',
+    'shares.value',
+  ].map((expression) => ({
     file: 'core/src/sql/claim.ts',
     expression,
     reason:
-      "claimFrom's lease owner: a field of one of the module constants ONE_OWNER ('$3', nothing else) and SHARED_OWNER (the aggregate, unnest and column of w.id), constant text",
+      "claimFrom's owners of the claimed rows: a field of one of the module constants ONE_WORKER ('c', '$3', nothing else) and SHARED (the CTEs numbering the rows and the workers' shares over placeholders $3 and $6, their join, the aggregate, unnest and column of w.id), constant text",
   })),
-  {
-    file: 'core/src/sql/claim.ts',
-    expression: 'claimed(s)',
-    reason:
-      "claimFrom's claimed rows: one of the module builders ONE_CLAIMED ('c') and SHARED_CLAIMED (a join of constant text), constant text",
-  },
   {
     file: 'core/src/sql/flow.ts',
     expression: 'BigInt.asIntN(64, key).toString()',

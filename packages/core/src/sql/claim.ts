@@ -44,16 +44,13 @@ export const PRIORITIES = (s: string) => `p AS (
 )`;
 
 /**
- * The claim over the upstream expression `upstream` (WITH_UPSTREAM or WITHOUT_UPSTREAM). For the
- * claim of several workers (`claimStepsSharedSql`) `owners`, `owner` and `claimed` are
- * SHARED_OWNERS, SHARED_OWNER and SHARED_CLAIMED; by default the claim of one worker ($3).
+ * The claim over the upstream expression `upstream` (WITH_UPSTREAM or WITHOUT_UPSTREAM) for the
+ * owners `shares`: ONE_WORKER (the worker $3 takes every row) or SHARED (`claimStepsSharedSql`).
  */
 const claimFrom = (
   s: string,
   upstream: typeof WITH_UPSTREAM | typeof WITHOUT_UPSTREAM,
-  owners: typeof NO_OWNERS = NO_OWNERS,
-  owner: Owner = ONE_OWNER,
-  claimed: typeof ONE_CLAIMED = ONE_CLAIMED,
+  shares: Shares = ONE_WORKER,
 ) => `
 WITH RECURSIVE ${PRIORITIES(s)}, c AS MATERIALIZED (
   SELECT x.run_id, x.node FROM p CROSS JOIN LATERAL (
@@ -67,14 +64,14 @@ WITH RECURSIVE ${PRIORITIES(s)}, c AS MATERIALIZED (
   ) x
   ORDER BY p.priority DESC, x.scheduled_at
   LIMIT $2
-)${owners(s)}, k AS (
-  SELECT array_agg(c.run_id) AS ids, array_agg(c.node) AS nodes${owner.agg} FROM ${claimed(s)}
+)${shares.ctes}, k AS (
+  SELECT array_agg(c.run_id) AS ids, array_agg(c.node) AS nodes${shares.agg} FROM ${shares.rows}
 ), u AS (
   UPDATE ${s}.cyclone_steps t
-  SET state = 'running', attempt = t.attempt + 1, lease_owner = ${owner.value},
+  SET state = 'running', attempt = t.attempt + 1, lease_owner = ${shares.value},
       lease_expires_at = now() + make_interval(secs => $4::double precision / 1000),
       started_at = now(), updated_at = now()
-  FROM k, unnest(k.ids, k.nodes${owner.unnest}) AS c(run_id, node${owner.column})
+  FROM k, unnest(k.ids, k.nodes${shares.unnest}) AS c(run_id, node${shares.column})
   WHERE t.run_id = c.run_id AND t.node = c.node
   RETURNING t.run_id, t.node, t.workflow, t.action, t.attempt, t.max_attempts, t.ancestors,
             t.snoozes, t.lease_owner, cardinality(t.downstream) = 0 AS leaf
@@ -85,40 +82,41 @@ SELECT u.run_id, u.node, u.workflow, u.action, u.attempt, u.max_attempts, u.snoo
 FROM u JOIN ${s}.cyclone_runs r ON r.id = u.run_id`;
 
 /**
- * The workers of a shared claim (`w`): worker $3[i] takes $6[i] slots, and the claimed rows,
- * numbered 1 to n (`cn.rn`, n at most $2, the sum of the slots), go to the workers in array
- * order, each up to its slots (`hi` is the last row number of a worker's share), so every row has
- * exactly one owner.
+ * Who owns the claimed rows, as SQL fragments of `claimFrom`: `ctes` after the claim's `c`,
+ * `rows` the claimed rows `k` aggregates (as `c`), `agg` what else it aggregates, `unnest` and
+ * `column` what its unnest adds, `value` the lease owner the UPDATE sets.
  */
-const SHARED_OWNERS = (_s: string) => `, cn AS (
-  SELECT run_id, node, row_number() OVER () AS rn FROM c
-), w AS (
-  SELECT o.id, o.slots, sum(o.slots) OVER (ORDER BY o.ord) AS hi
-  FROM unnest($3::text[], $6::int[]) WITH ORDINALITY AS o(id, slots, ord)
-)`;
-/**
- * How the claimed keys carry their lease owner to the UPDATE: `agg` adds to the aggregate of
- * `k`, `unnest` and `column` to its unnest, `value` is the owner the UPDATE sets.
- */
-interface Owner {
+interface Shares {
+  ctes: string;
+  rows: string;
   agg: string;
   unnest: string;
   column: string;
   value: string;
 }
-/** A shared claim's lease owner: the worker whose share holds the row. */
-const SHARED_OWNER: Owner = {
+
+/** The claim of one worker: the worker $3 owns every row. */
+const ONE_WORKER: Shares = { ctes: '', rows: 'c', agg: '', unnest: '', column: '', value: '$3' };
+
+/**
+ * The claim of several workers (`w`): worker $3[i] takes $6[i] slots, and the claimed rows,
+ * numbered 1 to n (`cn.rn`, n at most $2, the sum of the slots), go to the workers in array
+ * order, each up to its slots (`hi` is the last row number of a worker's share), so every row has
+ * exactly one owner, the lease owner the UPDATE sets.
+ */
+const SHARED: Shares = {
+  ctes: `, cn AS (
+  SELECT run_id, node, row_number() OVER () AS rn FROM c
+), w AS (
+  SELECT o.id, o.slots, sum(o.slots) OVER (ORDER BY o.ord) AS hi
+  FROM unnest($3::text[], $6::int[]) WITH ORDINALITY AS o(id, slots, ord)
+)`,
+  rows: 'cn c JOIN w ON c.rn > w.hi - w.slots AND c.rn <= w.hi',
   agg: ', array_agg(w.id) AS owners',
   unnest: ', k.owners',
   column: ', owner',
   value: 'c.owner',
 };
-/** A shared claim's rows, each joined to its one owner. */
-const SHARED_CLAIMED = (_s: string) => 'cn c JOIN w ON c.rn > w.hi - w.slots AND c.rn <= w.hi';
-/** The claim of one worker: no owners to number, the worker $3 owns every row. */
-const NO_OWNERS = (_s: string) => '';
-const ONE_OWNER: Owner = { agg: '', unnest: '', column: '', value: '$3' };
-const ONE_CLAIMED = (_s: string) => 'c';
 
 /**
  * The claim of several workers on one pool in one statement: as `claimStepsSql`, but $3 is the
@@ -126,11 +124,10 @@ const ONE_CLAIMED = (_s: string) => 'c';
  * claimed row is leased to one of them (`lease_owner`, returned), the first rows in claim order to
  * the first worker up to its slots, and so on, so no worker gets more than it asked for.
  */
-export const claimStepsSharedSql = (s: string) =>
-  claimFrom(s, WITH_UPSTREAM, SHARED_OWNERS, SHARED_OWNER, SHARED_CLAIMED);
+export const claimStepsSharedSql = (s: string) => claimFrom(s, WITH_UPSTREAM, SHARED);
 /** `claimStepsSharedSql` without the upstream outputs (see `claimStepsWithoutUpstreamSql`). */
 export const claimStepsSharedWithoutUpstreamSql = (s: string) =>
-  claimFrom(s, WITHOUT_UPSTREAM, SHARED_OWNERS, SHARED_OWNER, SHARED_CLAIMED);
+  claimFrom(s, WITHOUT_UPSTREAM, SHARED);
 
 const WITH_UPSTREAM = (s: string) => `CASE WHEN cardinality(u.ancestors) = 0 THEN '{}'::jsonb ELSE
   (SELECT coalesce(jsonb_object_agg(a.node, a.output), '{}'::jsonb) FROM ${s}.cyclone_steps a
