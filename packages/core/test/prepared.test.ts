@@ -17,6 +17,7 @@ import {
 } from '../src/sql/complete.js';
 import { claimLimitedSql } from '../src/sql/flow.js';
 import { extendLeasesSql } from '../src/sql/heartbeat.js';
+import { countSkippedSql } from '../src/sql/schedules.js';
 import { preparedName } from '../src/sql/statement.js';
 import { sweepExpiredLeasesSql } from '../src/sql/sweep.js';
 import { createTestDb, type TestDb } from './support/db.js';
@@ -213,6 +214,8 @@ describe('plans on a table never analyzed', () => {
         ['p_complete', completeStepsSql('cyclone'), `'{}', '{}', '{}', '{}', 'ch'`],
         ['p_complete_leaf', completeStepsLeafSql('cyclone'), `'{}', '{}', '{}', '{}'`],
         ['p_beat', extendLeasesSql('cyclone'), `'{}', '{}', '{}', '{}', 5000`],
+        ['p_sweep', sweepExpiredLeasesSql('cyclone'), `1000, 'ch'`],
+        ['p_skip', countSkippedSql('cyclone'), `'s', true`],
       ] as const;
       const plans = async () => {
         const out: Record<string, string> = {};
@@ -235,12 +238,17 @@ describe('plans on a table never analyzed', () => {
                                            max_attempts, deps_remaining, flow, scheduled_at)
         SELECT id, 'a', 'h', CASE WHEN n % 2 = 0 THEN 'h' ELSE 'lim' END, 'available', 0, 3, 0,
                CASE WHEN n % 2 = 1 THEN 2 ELSE 0 END, now() - interval '1 minute'
-        FROM (SELECT id, row_number() OVER () AS n FROM cyclone.cyclone_runs) r`);
+        FROM (SELECT id, row_number() OVER () AS n FROM cyclone.cyclone_runs) r;
+        INSERT INTO cyclone.cyclone_schedules (name, cron, timezone, workflow, last_run_id)
+        SELECT 's', '* * * * *', 'UTC', 'h', id FROM cyclone.cyclone_runs LIMIT 1`);
       const after = await plans();
       for (const [name] of statements) {
-        // Planned for an empty table, the claim's UPDATE hashed a Seq Scan of every step.
-        expect(after[name], name).not.toContain('Seq Scan on cyclone_steps');
+        // Planned for an empty table, the claim's UPDATE hashed a Seq Scan of every step (and
+        // the completions, heartbeat and sweep scanned them too), and the overlap check read
+        // every running run into a hashed subplan.
+        expect(after[name], name).not.toContain('Seq Scan on cyclone_');
         expect(after[name], name).not.toContain('Hash Join');
+        expect(after[name], name).not.toContain('hashed SubPlan');
       }
     } finally {
       control.release();

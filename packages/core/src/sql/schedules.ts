@@ -50,14 +50,16 @@ RETURNING last_run_id`;
 /**
  * Counts one skipped fire time on schedule $1 — only while its last run is still `running` when
  * $2 is true (overlap 'skip'; a statement of its own, so that it sees a run committed while the
- * gate waited for the row). Returns a row when it counted.
+ * gate waited for the row). Returns a row when it counted. The last run's state is read by its
+ * primary key (a scalar subquery): an `EXISTS` under the `OR` was planned, on tables empty at
+ * planning time, as a hashed subplan of every running run (438 ms at 200,000 on each fire).
  */
 export const countSkippedSql = (s: string) => `
 UPDATE ${s}.cyclone_schedules t
 SET skipped_fires = t.skipped_fires + 1, updated_at = now()
 WHERE t.name = $1
-  AND (NOT $2::boolean OR EXISTS (
-    SELECT 1 FROM ${s}.cyclone_runs r WHERE r.id = t.last_run_id AND r.state = 'running'))
+  AND (NOT $2::boolean
+       OR (SELECT r.state FROM ${s}.cyclone_runs r WHERE r.id = t.last_run_id) = 'running')
 RETURNING t.name`;
 
 /** Records run $2 as schedule $1's latest. */
