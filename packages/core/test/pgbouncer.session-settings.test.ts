@@ -18,6 +18,7 @@ const Noop = newWorkflow('session_settings_noop', {
 });
 
 const SETTINGS = `SELECT current_setting('enable_bitmapscan') AS bitmapscan,
+  current_setting('enable_seqscan') AS seqscan, current_setting('jit') AS jit,
   current_setting('plan_cache_mode') AS plan_cache_mode,
   current_setting('idle_in_transaction_session_timeout') AS idle_limit`;
 
@@ -51,19 +52,32 @@ describe('session settings of the worker control connections', () => {
   it('are in effect on a direct session', async () => {
     expect(await controlConnection(db.url)).toEqual({
       bitmapscan: 'off',
+      seqscan: 'off',
+      jit: 'off',
       plan_cache_mode: 'force_generic_plan',
       idle_limit: '30s',
     });
   });
 
   it('are never sent through PgBouncer, where they would stay on the shared server connection', async () => {
+    // The server's own jit (on where PostgreSQL was built with LLVM, else off).
+    const direct = new pg.Client({ connectionString: db.url });
+    await direct.connect();
+    const server = (await direct.query<{ jit: string }>('SHOW jit')).rows[0] as { jit: string };
+    await direct.end();
     await controlConnection(bouncer.url(db.url));
     // The next client of PgBouncer's one server connection sees the server's defaults.
     const other = new pg.Client({ connectionString: bouncer.url(db.url) });
     await other.connect();
     try {
       const shown = (await other.query(SETTINGS)).rows[0];
-      expect(shown).toEqual({ bitmapscan: 'on', plan_cache_mode: 'auto', idle_limit: '0' });
+      expect(shown).toEqual({
+        bitmapscan: 'on',
+        seqscan: 'on',
+        jit: server.jit,
+        plan_cache_mode: 'auto',
+        idle_limit: '0',
+      });
     } finally {
       await other.end();
     }
