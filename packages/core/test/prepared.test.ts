@@ -40,11 +40,33 @@ async function preparedNames(c: pg.PoolClient): Promise<string[]> {
   return rows.map((r) => r.name);
 }
 
-/** The plan of `text` prepared as `name` on `c`, executed with the literal arguments `args`. */
-async function planOf(c: pg.Client, name: string, text: string, args: string): Promise<string> {
-  await c.query(`PREPARE ${name} AS ${text}`);
+/** The plan of the statement prepared as `name` on `c`, executed with the literal arguments `args`. */
+async function explain(c: pg.ClientBase, name: string, args: string): Promise<string> {
   const { rows } = await c.query<{ 'QUERY PLAN': string }>(`EXPLAIN EXECUTE ${name}(${args})`);
   return rows.map((r) => r['QUERY PLAN']).join('\n');
+}
+
+/** The plan of `text` prepared as `name` on `c`, executed with the literal arguments `args`. */
+async function planOf(c: pg.ClientBase, name: string, text: string, args: string): Promise<string> {
+  await c.query(`PREPARE ${name} AS ${text}`);
+  return explain(c, name, args);
+}
+
+/** Statements to plan: name, text, literal arguments. */
+type Planned = readonly (readonly [name: string, text: string, args: string])[];
+
+/** The plans of `statements` prepared on `c` (`planOf` each; the plans stay cached there), by name. */
+async function planAll(c: pg.ClientBase, statements: Planned): Promise<Record<string, string>> {
+  const plans: Record<string, string> = {};
+  for (const [name, text, args] of statements) plans[name] = await planOf(c, name, text, args);
+  return plans;
+}
+
+/** The plans `c` has for `statements`, prepared there already (`planAll`), by name. */
+async function explainAll(c: pg.ClientBase, statements: Planned): Promise<Record<string, string>> {
+  const plans: Record<string, string> = {};
+  for (const [name, , args] of statements) plans[name] = await explain(c, name, args);
+  return plans;
 }
 
 async function runAll(client: Client, count: number, workerOptions: object = {}) {
@@ -219,18 +241,7 @@ describe('plans on a table never analyzed', () => {
         ['p_sweep', sweepExpiredLeasesSql('cyclone'), `1000, 'ch'`],
         ['p_skip', countSkippedSql('cyclone'), `'s', true`],
       ] as const;
-      const plans = async () => {
-        const out: Record<string, string> = {};
-        for (const [name, , args] of statements) {
-          const { rows } = await control.query<{ 'QUERY PLAN': string }>(
-            `EXPLAIN EXECUTE ${name}(${args})`,
-          );
-          out[name] = rows.map((r) => r['QUERY PLAN']).join('\n');
-        }
-        return out;
-      };
-      for (const [name, text] of statements) await control.query(`PREPARE ${name} AS ${text}`);
-      await plans();
+      await planAll(control, statements);
       // Then 20,000 runs and their steps, finished and claimable, and no ANALYZE.
       await fill.query(`
         INSERT INTO cyclone.cyclone_runs (id, workflow, state, input, input_hash, steps_remaining,
@@ -243,7 +254,7 @@ describe('plans on a table never analyzed', () => {
         FROM (SELECT id, row_number() OVER () AS n FROM cyclone.cyclone_runs) r;
         INSERT INTO cyclone.cyclone_schedules (name, cron, timezone, workflow, last_run_id)
         SELECT 's', '* * * * *', 'UTC', 'h', id FROM cyclone.cyclone_runs LIMIT 1`);
-      const after = await plans();
+      const after = await explainAll(control, statements);
       for (const [name] of statements) {
         // Planned for an empty table, the claim's UPDATE hashed a Seq Scan of every step (and
         // the completions, heartbeat and sweep scanned them too), and the overlap check read
@@ -277,10 +288,7 @@ describe('plans of the single-step completions on a table never analyzed', () =>
         ['p_one', completeStepSql('cyclone'), `${id}, 'a', 1, 'null', 'ch'`],
         ['p_skip_one', skipStepSql('cyclone'), `${id}, 'a', 1, 'null', 'ch'`],
       ] as const;
-      for (const [name, text, args] of statements) {
-        await c.query(`PREPARE ${name} AS ${text}`);
-        await c.query(`EXPLAIN EXECUTE ${name}(${args})`);
-      }
+      await planAll(c, statements);
       // 20,000 runs of two nodes, a then b, and no ANALYZE.
       await c.query(`
         INSERT INTO cyclone.cyclone_runs (id, workflow, state, input, input_hash, steps_remaining,
@@ -292,14 +300,10 @@ describe('plans of the single-step completions on a table never analyzed', () =>
                1, 3, CASE WHEN n.node = 'a' THEN 0 ELSE 1 END,
                CASE WHEN n.node = 'a' THEN '{b}'::text[] ELSE '{}'::text[] END
         FROM cyclone.cyclone_runs, (VALUES ('a'), ('b')) AS n(node)`);
-      for (const [name, , args] of statements) {
-        const plan = (
-          await c.query<{ 'QUERY PLAN': string }>(`EXPLAIN EXECUTE ${name}(${args})`)
-        ).rows
-          .map((r) => r['QUERY PLAN'])
-          .join('\n');
+      const after = await explainAll(c, statements);
+      for (const [name] of statements) {
         // Without the run in the released rows' join: a Hash Join over a Seq Scan of every step.
-        expect(plan, name).not.toContain('Seq Scan on cyclone_steps');
+        expect(after[name], name).not.toContain('Seq Scan on cyclone_steps');
       }
     } finally {
       await c.end();
