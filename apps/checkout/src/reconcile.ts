@@ -13,8 +13,8 @@
  * recorded yet is `pending` while the order's run is still running (its step may be about to
  * commit), and so is a refund an order recorded after Stripe's refunds were listed (the first
  * read had the order unrefunded). Anything else is a discrepancy: a second charge, a charge
- * nobody recorded, an amount that differs, a refund missing on one side. The report is a row of `checkout.reconciliations`,
- * written on the step's completion transaction, and the step's output.
+ * nobody recorded, an amount that differs, a refund missing on one side. The report is a row of
+ * `checkout.reconciliations`, written on the step's completion transaction, and the step's output.
  */
 import {
   type Client,

@@ -49,8 +49,9 @@ export function makeWorkerPools(
   //   of 1 for 20);
   // - no sequential scans where an index serves: a generic plan made while the tables were
   //   empty (a worker started on a new schema) stays cached until they are analyzed, which
-  //   autovacuum may not do for a minute, or ever where it is off, and the claim's planned on
-  //   an empty table hashed a scan of every step version (claims 4x slower at 200,000 steps).
+  //   autovacuum may not do for a minute, or ever where it is off, and the claims, completions,
+  //   heartbeats and sweeps planned on empty tables scanned every step version (claims 4x
+  //   slower at 200,000 steps).
   // test/prepared.test.ts checks these plans. A session SET, not a startup option (PgBouncer
   // refuses unknown startup parameters); not sent when prepared statements are off, the sign of
   // a transaction-pooling proxy, where a session setting would land on whichever server
