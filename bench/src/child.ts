@@ -66,12 +66,16 @@ function exit(): never {
 
 const started = nowNs();
 let stopped = false;
+let onStop: (() => void) | undefined;
 const worker = await system.startWorker(spec);
 createInterface({ input: process.stdin }).on('line', (line) => {
   const command = line.trim();
   if (command === 'EXIT') exit();
   // STOP: the drain ends now (row 18: the harness knows when a fleet of processes is done).
-  if (command === 'STOP') stopped = true;
+  if (command === 'STOP') {
+    stopped = true;
+    onStop?.();
+  }
   // MARK: the measured window (statements, CPU) starts now instead of at the first handler start.
   if (command === 'MARK') {
     cpu0 = process.cpuUsage();
@@ -81,6 +85,19 @@ createInterface({ input: process.stdin }).on('line', (line) => {
 });
 process.stdin.on('end', exit);
 emit('@READY');
+
+if (spec.mode === 'drain' && spec.untilStop) {
+  // The cap counts from the worker's start, as below.
+  const capLeft = spec.capMs - msBetween(started, nowNs());
+  await new Promise<void>((resolve) => {
+    if (stopped) return resolve();
+    const t = setTimeout(resolve, Math.max(0, capLeft));
+    onStop = () => {
+      clearTimeout(t);
+      resolve();
+    };
+  });
+}
 
 if (spec.mode === 'drain') {
   let capped = false;

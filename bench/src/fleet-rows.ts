@@ -145,6 +145,7 @@ async function drainFleet(ctx: BenchContext, fleet: Fleet, runs: number): Promis
             // Never reached by one process: the harness ends the drain with STOP.
             expected: runs + 1,
             capMs: 900_000,
+            untilStop: true,
             cyclone: {
               concurrency: fleet.concurrency,
               workers: fleet.workersPerProcess,
