@@ -14,6 +14,7 @@ import { existsSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { onProcessExit } from './exit-hooks.js';
 
 /** How a child ended. */
 export interface ExitInfo {
@@ -224,7 +225,7 @@ export function liveChildren(): number {
 }
 
 // Last resort when the test process exits without running its hooks.
-process.once('exit', () => {
+onProcessExit(() => {
   for (const c of live) {
     try {
       c.proc.kill('SIGKILL');

@@ -22,6 +22,7 @@
 import { execFile, execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { promisify } from 'node:util';
+import { onProcessExit } from './exit-hooks.js';
 
 const run = promisify(execFile);
 
@@ -72,7 +73,7 @@ export function netnsSupport(): string | undefined {
 
 let seq = 0;
 const open = new Set<HostNetwork>();
-process.once('exit', () => {
+onProcessExit(() => {
   for (const n of open) n.closeSync();
 });
 

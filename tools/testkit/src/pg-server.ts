@@ -16,6 +16,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
+import { onProcessExit } from './exit-hooks.js';
 
 const run = promisify(execFile);
 const NEEDED = ['initdb', 'pg_ctl', 'postgres'] as const;
@@ -56,7 +57,7 @@ export interface PgServerOptions {
 }
 
 const open = new Set<PgServer>();
-process.once('exit', () => {
+onProcessExit(() => {
   for (const s of open) s.stopSync();
 });
 

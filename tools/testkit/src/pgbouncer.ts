@@ -14,6 +14,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { ADMIN_URL } from './db.js';
+import { onProcessExit } from './exit-hooks.js';
 
 /** The executable tests start (`CYCLONE_PGBOUNCER`, else `pgbouncer` on the PATH or in /usr/sbin). */
 const PGBOUNCER = process.env.CYCLONE_PGBOUNCER ?? 'pgbouncer';
@@ -171,9 +172,8 @@ export async function startPgBouncer(options: PgBouncerOptions = {}): Promise<Pg
     });
     proc = p;
     // PgBouncer does not watch its parent: a test process that ends without stop() takes it along.
-    const onExit = () => p.kill('SIGKILL');
-    process.once('exit', onExit);
-    p.once('exit', () => process.removeListener('exit', onExit));
+    const removeExitHook = onProcessExit(() => p.kill('SIGKILL'));
+    p.once('exit', removeExitHook);
     p.stderr?.setEncoding('utf8');
     p.stderr?.on('data', (d: string) => {
       stderr = (stderr + d).slice(-20_000);

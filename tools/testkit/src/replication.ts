@@ -30,6 +30,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
+import { onProcessExit } from './exit-hooks.js';
 import { SwitchProxy } from './switch-proxy.js';
 
 /** The `synchronous_commit` levels that wait for the standby. */
@@ -116,7 +117,7 @@ function postgresUser(): { uid: number; gid: number } | undefined {
 
 /** Every cluster still running in this process, killed if the process exits without close(). */
 const open = new Set<ReplicatedCluster>();
-process.once('exit', () => {
+onProcessExit(() => {
   for (const c of open) c.killEverything();
 });
 
