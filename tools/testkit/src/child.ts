@@ -14,7 +14,7 @@ import { existsSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { onProcessExit } from './exit-hooks.js';
+import { ExitTracked } from './exit-hooks.js';
 
 /** How a child ended. */
 export interface ExitInfo {
@@ -28,7 +28,8 @@ const SDK_ALIAS = new URL('./sdk-alias.mjs', import.meta.url).href;
 /** The readiness line of `announceReady()`: `READY <pid>` or `READY <pid> <workerId>`. */
 export const READY_LINE = /^READY (\d+)(?: (\S+))?$/;
 
-const live = new Set<ChildWorker>();
+// SIGKILLed if the test process ends without killing them.
+const live = new ExitTracked<ChildWorker>((c) => c.proc.kill('SIGKILL'));
 
 /** One worker child process. */
 export class ChildWorker {
@@ -223,14 +224,3 @@ export async function killAllChildren(): Promise<void> {
 export function liveChildren(): number {
   return live.size;
 }
-
-// Last resort when the test process exits without running its hooks.
-onProcessExit(() => {
-  for (const c of live) {
-    try {
-      c.proc.kill('SIGKILL');
-    } catch {
-      // already gone
-    }
-  }
-});

@@ -22,7 +22,7 @@
 import { execFile, execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { promisify } from 'node:util';
-import { onProcessExit } from './exit-hooks.js';
+import { ExitTracked } from './exit-hooks.js';
 
 const run = promisify(execFile);
 
@@ -72,10 +72,7 @@ export function netnsSupport(): string | undefined {
 }
 
 let seq = 0;
-const open = new Set<HostNetwork>();
-onProcessExit(() => {
-  for (const n of open) n.closeSync();
-});
+const open = new ExitTracked<HostNetwork>((n) => n.closeSync());
 
 /** A bridge, its hosts and their partitions; see the module comment. */
 export class HostNetwork {

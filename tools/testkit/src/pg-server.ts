@@ -16,7 +16,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { onProcessExit } from './exit-hooks.js';
+import { ExitTracked } from './exit-hooks.js';
 
 const run = promisify(execFile);
 const NEEDED = ['initdb', 'pg_ctl', 'postgres'] as const;
@@ -56,10 +56,7 @@ export interface PgServerOptions {
   settings?: Record<string, string | number>;
 }
 
-const open = new Set<PgServer>();
-onProcessExit(() => {
-  for (const s of open) s.stopSync();
-});
+const open = new ExitTracked<PgServer>((s) => s.stopSync());
 
 /** A running throwaway server; see the module comment. */
 export class PgServer {

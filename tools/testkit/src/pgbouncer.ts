@@ -172,7 +172,10 @@ export async function startPgBouncer(options: PgBouncerOptions = {}): Promise<Pg
     });
     proc = p;
     // PgBouncer does not watch its parent: a test process that ends without stop() takes it along.
-    const removeExitHook = onProcessExit(() => p.kill('SIGKILL'));
+    const removeExitHook = onProcessExit(() => {
+      p.kill('SIGKILL');
+      rmSync(dir, { recursive: true, force: true });
+    });
     p.once('exit', removeExitHook);
     p.stderr?.setEncoding('utf8');
     p.stderr?.on('data', (d: string) => {

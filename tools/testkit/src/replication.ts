@@ -30,7 +30,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
-import { onProcessExit } from './exit-hooks.js';
+import { ExitTracked } from './exit-hooks.js';
 import { SwitchProxy } from './switch-proxy.js';
 
 /** The `synchronous_commit` levels that wait for the standby. */
@@ -116,10 +116,7 @@ function postgresUser(): { uid: number; gid: number } | undefined {
 }
 
 /** Every cluster still running in this process, killed if the process exits without close(). */
-const open = new Set<ReplicatedCluster>();
-onProcessExit(() => {
-  for (const c of open) c.killEverything();
-});
+const open = new ExitTracked<ReplicatedCluster>((c) => c.killEverything());
 
 /** A primary, its synchronous standby and the proxy in front of them; see the module comment. */
 export class ReplicatedCluster {
