@@ -132,12 +132,13 @@ describe('deleteFinishedRuns', () => {
     try {
       for (let i = 0; i < 5; i++) ids.push((await client.submit(wf, { v: i })).runId);
       for (const id of ids) await client.waitForRun(id, { timeoutMs: 20_000, pollMs: 20 });
-      const cancelled = (await client.submit(wf, { v: 99 })).runId;
-      await client.cancel(cancelled);
-      ids.push(cancelled);
     } finally {
       await worker.stop({ graceMs: 5_000 });
     }
+    // Submitted once the worker has stopped: a running worker could finish it before the cancel.
+    const cancelled = (await client.submit(wf, { v: 99 })).runId;
+    await client.cancel(cancelled);
+    ids.push(cancelled);
     // Just finished: not old enough.
     expect(await client.deleteFinishedRuns({ olderThanMs: 60_000 })).toEqual({ deleted: 0 });
     expect(await steps()).toBe(12);
