@@ -20,7 +20,8 @@ const Staggered = newWorkflow<{ n: number }>('gather_staggered', {
   nodes: { a: { action: staggered } },
 });
 
-const hold = deferred();
+// A new one per test (beforeEach): afterEach resolves it, and a resolved one held nothing.
+let hold = deferred();
 const held = newAction('gather_held', async (_ctx, input: { hold: boolean }) => {
   if (input.hold) await hold.promise;
   return null;
@@ -33,6 +34,7 @@ describe('claims of a busy worker', () => {
   let worker: Worker | undefined;
 
   beforeEach(async () => {
+    hold = deferred();
     db = await createTestDb();
     // One row per claim statement: how many steps it moved to running.
     await db.pool.query(`
